@@ -1,0 +1,427 @@
+"""The client library: one ``Client`` per connection to one daemon.
+
+A background task reads every frame: replies go to the request that waits for
+them (matched by ``req``), pushed notices go to ``notices``. Requests may run
+concurrently on one client.
+
+fd ownership: every master fd a method returns is the caller's to close. An
+fd that arrives for a request nobody waits for any more (it was cancelled) is
+closed by the reader; the child stays held by this connection until it is
+released or the connection closes (which releases it).
+
+No method takes a timeout: callers own deadlines (``trio.move_on_after``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+
+import attrs
+import trio
+
+from multiserver._codec import Codec, Event, close_fds
+from multiserver._errors import (
+    ChildFailed,
+    ConnectionClosed,
+    DaemonNotRunning,
+    PeerProtocolError,
+    RequestFailed,
+    VersionRefused,
+)
+from multiserver._messages import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    ChildError,
+    ChildExited,
+    ChildInfo,
+    Children,
+    ChildTaken,
+    Claim,
+    Claimed,
+    Collect,
+    Collected,
+    Error,
+    Hello,
+    Launch,
+    Launched,
+    ListChildren,
+    Message,
+    Ok,
+    Peek,
+    Peeked,
+    Refused,
+    Release,
+    Released,
+    Resize,
+    Shutdown,
+    Signal,
+    Welcome,
+)
+from multiserver._paths import DaemonPaths
+from multiserver._server import DaemonConfig
+from multiserver._start import connect, connect_or_start
+from multiserver._wire import FramedSocket
+
+Notice = ChildExited | ChildTaken
+NOTICE_QUEUE = 10_000
+
+
+@attrs.frozen
+class LaunchResult:
+    child: ChildInfo
+    master: int | None  # the caller's; None when launched detached
+
+
+@attrs.frozen
+class ClaimResult:
+    """One child of a claim: either ``child`` (with ``master`` if it runs,
+    the output buffered while unheld and the count dropped past the bound)
+    or ``error``."""
+
+    id: int
+    child: ChildInfo | None = None
+    master: int | None = None
+    output: bytes = b""
+    dropped: int = 0
+    error: ChildFailed | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@attrs.frozen
+class PeekResult:
+    child: ChildInfo
+    output: bytes
+    dropped: int
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[Event](math.inf)
+
+
+class Client:
+    """A connection to one daemon, after the handshake. Build it with
+    ``open_client``."""
+
+    def __init__(self, framed: FramedSocket, welcome: Welcome, socket_path: Path) -> None:
+        self._framed = framed
+        self.welcome = welcome
+        self.socket_path = socket_path
+        self._reqs = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._broken: Exception | None = None
+        self._send_lock = trio.Lock()
+        self._notice_send, self.notices = trio.open_memory_channel[Notice](NOTICE_QUEUE)
+        self.notices_dropped = 0
+
+    @property
+    def instance_id(self) -> str:
+        return self.welcome.instance_id
+
+    @property
+    def daemon_pid(self) -> int:
+        return self.welcome.pid
+
+    @property
+    def version(self) -> int:
+        return self.welcome.version
+
+    # --- plumbing -------------------------------------------------------------
+
+    async def _reader(self) -> None:
+        try:
+            while True:
+                event = await self._framed.receive()
+                self._route(event)
+        except (ConnectionClosed, PeerProtocolError) as exc:
+            self._break(exc)
+        except trio.ClosedResourceError:
+            self._break(ConnectionClosed("connection closed"))
+
+    def _route(self, event: Event) -> None:
+        msg = event.message
+        if isinstance(msg, ChildExited | ChildTaken):
+            try:
+                self._notice_send.send_nowait(msg)
+            except trio.WouldBlock:
+                self.notices_dropped += 1
+            return
+        req = getattr(msg, "req", None)
+        if req is None:  # the daemon reports our protocol error and closes
+            assert isinstance(msg, Error)
+            self._break(PeerProtocolError(msg.message))
+            return
+        waiter = self._waiters.get(req)
+        if waiter is None:
+            close_fds(event.fds)
+            return
+        waiter.send.send_nowait(event)
+
+    def _break(self, exc: Exception) -> None:
+        if self._broken is None:
+            self._broken = exc
+        for waiter in self._waiters.values():
+            waiter.send.close()
+        self._notice_send.close()
+
+    @contextlib.contextmanager
+    def _request(self) -> Iterator[tuple[int, _Waiter]]:
+        if self._broken is not None:
+            raise ConnectionClosed(str(self._broken))
+        req = next(self._reqs)
+        waiter = _Waiter()
+        self._waiters[req] = waiter
+        try:
+            yield req, waiter
+        finally:
+            del self._waiters[req]
+            # Close fds of replies nobody will read.
+            while True:
+                try:
+                    close_fds(waiter.receive.receive_nowait().fds)
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+
+    async def _send(self, msg: Message) -> None:
+        async with self._send_lock:
+            try:
+                await self._framed.send(msg)
+            except ConnectionClosed as exc:
+                self._break(exc)
+                raise
+
+    async def _next(self, waiter: _Waiter) -> Event:
+        try:
+            event = await waiter.receive.receive()
+        except trio.EndOfChannel:
+            raise ConnectionClosed(str(self._broken or "connection closed")) from None
+        if isinstance(event.message, Error):
+            close_fds(event.fds)
+            raise RequestFailed(event.message.errno, event.message.message)
+        return event
+
+    async def _call(self, build: Callable[[int], Message]) -> Event:
+        """Send the request ``build(req)`` and return its one reply."""
+        with self._request() as (req, waiter):
+            await self._send(build(req))
+            return await self._next(waiter)
+
+    # --- requests -------------------------------------------------------------
+
+    async def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        name: str = "",
+        linger: float | None = None,
+        hold: bool = True,
+    ) -> LaunchResult:
+        """Start ``argv`` on a new PTY. With ``hold`` (default) the master fd
+        comes back and this connection holds the child; else the daemon
+        drains it. Raises RequestFailed (e.g. "command not found: foo").
+
+        Cancellation: the child may have started; if so it is held by this
+        connection (released when it closes) and its fd is closed.
+        """
+        event = await self._call(
+            lambda req: Launch(
+                req=req,
+                argv=list(argv),
+                env=dict(os.environ) if env is None else env,
+                cwd=os.getcwd() if cwd is None else cwd,
+                rows=rows,
+                cols=cols,
+                name=name,
+                linger=linger,
+                hold=hold,
+            )
+        )
+        assert isinstance(event.message, Launched)
+        return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
+
+    async def claim(self, ids: Sequence[int], *, steal: bool = False) -> list[ClaimResult]:
+        """Claim several children in one request; one result per id, in order.
+
+        A child held by another client is refused (EBUSY) unless ``steal``,
+        which takes it over and tells the other client.
+
+        Cancellation: some children may be claimed (held by this connection
+        until released or closed); their fds are closed.
+        """
+        results: list[ClaimResult] = []
+        with self._request() as (req, waiter):
+            await self._send(Claim(req=req, ids=list(ids), steal=steal))
+            for child_id in ids:
+                event = await self._next(waiter)
+                msg = event.message
+                if isinstance(msg, Claimed):
+                    master = event.fds[0] if event.fds else None
+                    results.append(
+                        ClaimResult(msg.child.id, msg.child, master, msg.output, msg.dropped)
+                    )
+                else:
+                    assert isinstance(msg, ChildError)
+                    results.append(
+                        ClaimResult(msg.id, error=ChildFailed(msg.id, msg.errno, msg.message))
+                    )
+                del child_id
+        return results
+
+    async def release(self, ids: Sequence[int]) -> tuple[list[int], list[ChildFailed]]:
+        """Give children back to the daemon, which drains them again. Stop
+        reading their fds first (and close your copies after).
+
+        Returns (released ids, failures).
+
+        Cancellation: some children may be released.
+        """
+        failures: list[ChildFailed] = []
+        with self._request() as (req, waiter):
+            await self._send(Release(req=req, ids=list(ids)))
+            while True:
+                event = await self._next(waiter)
+                msg = event.message
+                if isinstance(msg, ChildError):
+                    failures.append(ChildFailed(msg.id, msg.errno, msg.message))
+                    continue
+                assert isinstance(msg, Released)
+                return list(msg.ids), failures
+
+    async def signal(self, child_id: int, signum: int) -> None:
+        """Send ``signum`` to the child's process group.
+
+        Cancellation: the signal may have been sent."""
+        event = await self._call(lambda req: Signal(req=req, id=child_id, signum=signum))
+        assert isinstance(event.message, Ok)
+
+    async def collect(self, child_id: int) -> ChildInfo:
+        """Take an exited child's status; the daemon forgets the child.
+        Raises RequestFailed(EBUSY) while it runs.
+
+        Cancellation: the child may have been collected."""
+        event = await self._call(lambda req: Collect(req=req, id=child_id))
+        assert isinstance(event.message, Collected)
+        return event.message.child
+
+    async def list(self, *, foreground: bool = False) -> list[ChildInfo]:
+        """Every child of the daemon; ``foreground`` adds the foreground
+        process's pid, cwd and argv where the OS tells them.
+
+        Cancellation: nothing happened."""
+        event = await self._call(lambda req: ListChildren(req=req, foreground=foreground))
+        assert isinstance(event.message, Children)
+        return list(event.message.children)
+
+    async def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
+        """The output the daemon holds for a child, without claiming it.
+
+        Cancellation: nothing happened."""
+        event = await self._call(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes))
+        assert isinstance(event.message, Peeked)
+        return PeekResult(event.message.child, event.message.output, event.message.dropped)
+
+    async def resize(self, child_id: int, rows: int, cols: int) -> None:
+        """Cancellation: the size may have been set."""
+        event = await self._call(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols))
+        assert isinstance(event.message, Ok)
+
+    async def shutdown(self, *, force: bool = False) -> None:
+        """Stop the daemon; refused (EBUSY) while children run unless
+        ``force``, which ends them (SIGHUP, then SIGKILL).
+
+        Cancellation: the daemon may be stopping."""
+        event = await self._call(lambda req: Shutdown(req=req, force=force))
+        assert isinstance(event.message, Ok)
+
+    def close(self) -> None:
+        """Close the connection: the daemon releases every child it held."""
+        self._break(ConnectionClosed("connection closed"))
+        self._framed.close()
+
+
+async def handshake(framed: FramedSocket) -> Welcome:
+    """Send Hello, return the daemon's Welcome.
+
+    Raises VersionRefused, ConnectionClosed, PeerProtocolError or
+    RequestFailed (e.g. refused uid).
+
+    Cancellation: the connection is in an unknown state; close it.
+    """
+    await framed.send(
+        Hello(
+            min_version=MIN_PROTOCOL_VERSION,
+            max_version=PROTOCOL_VERSION,
+            client="multiserver-client",
+        )
+    )
+    event = await framed.receive()
+    close_fds(event.fds)
+    msg = event.message
+    if isinstance(msg, Refused):
+        raise VersionRefused(msg.reason)
+    if isinstance(msg, Error):
+        raise RequestFailed(msg.errno, msg.message)
+    assert isinstance(msg, Welcome)
+    return msg
+
+
+@contextlib.asynccontextmanager
+async def open_client(
+    paths: DaemonPaths | Path, *, start: bool = False, config: DaemonConfig | None = None
+) -> AsyncIterator[Client]:
+    """Connect (and with ``start``, start the daemon if none runs), say hello,
+    and yield a ``Client``. Leaving the block closes the connection, which
+    releases every child it still holds.
+
+    ``paths`` is a ``DaemonPaths`` or a socket path (which is never started).
+
+    Cancellation: the connection is closed; a daemon it started keeps running.
+    """
+    if isinstance(paths, Path):
+        if start:
+            raise ValueError("start=True needs DaemonPaths")
+        socket_path = paths
+    else:
+        socket_path = paths.socket
+    attempts = 0
+    while True:
+        attempts += 1
+        if start and isinstance(paths, DaemonPaths):
+            sock = await connect_or_start(paths, config)
+        else:
+            sock = await connect(socket_path)
+        framed = FramedSocket(sock, Codec("client"))
+        try:
+            welcome = await handshake(framed)
+            break
+        except ConnectionClosed:
+            framed.close()
+            # A daemon that was exiting when we connected; start another.
+            if not start or attempts >= 5:
+                raise DaemonNotRunning(f"daemon at {socket_path} closed the connection") from None
+        except BaseException:
+            framed.close()
+            raise
+    client = Client(framed, welcome, socket_path)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._reader)
+            try:
+                yield client
+            finally:
+                client.close()
+                nursery.cancel_scope.cancel()
+    finally:
+        client.close()

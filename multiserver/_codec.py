@@ -1,0 +1,393 @@
+"""The sans-IO codec of the multiserver protocol.
+
+It never touches a socket and imports neither trio nor socket: the I/O layer
+feeds it what ``recvmsg`` returned (``receive_data(data, fds)``), asks for
+parsed events (``next_event()``) and asks it to encode messages (``send``),
+then sends the bytes with the fds itself. See docs/protocol.md.
+
+Frame layout (network byte order)::
+
+    offset size field
+    0      2    magic b"MS"
+    2      2    protocol version
+    4      2    message type
+    6      2    number of fds that travel with the frame (SCM_RIGHTS, sent
+                with the frame's first byte)
+    8      4    length of the JSON body (UTF-8 object)
+    12     4    length of the blob (raw bytes of the message's BLOB field)
+    16     ...  JSON body, then blob
+
+Rules, all enforced here:
+
+- A frame's total size is at most ``max_frame``.
+- The first frame a daemon receives is ``Hello``; the first a client receives
+  is ``Welcome``, ``Refused`` or ``Error``. Those handshake frames are read
+  whatever their header version; once a version is negotiated every frame must
+  carry it.
+- Each side accepts only the messages the other side may send, and only the
+  message types that may carry fds carry them (at most ``MAX_FDS`` each, never
+  more than 253).
+- fds belong to the frame whose first byte arrived in the same read. An fd
+  that no frame claims, a frame that lacks its fds, or a read whose ancillary
+  data was truncated is a protocol error.
+- On any protocol error every fd the codec holds is closed, the codec is broken
+  for good, and the error says what went wrong in one line.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import struct
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import attrs
+import cattrs
+
+from multiserver._messages import (
+    CLIENT_MESSAGES,
+    DAEMON_MESSAGES,
+    MAX_FDS,
+    MESSAGE_TYPES,
+    Error,
+    Hello,
+    Message,
+    Refused,
+    Welcome,
+)
+
+MAGIC = b"MS"
+HEADER = struct.Struct("!2sHHHII")
+HEADER_SIZE = HEADER.size
+MAX_FRAME = 16 * 1024 * 1024
+MAX_FDS_PER_FRAME = 253
+# fds queued but not yet claimed by a parsed frame; more is hostile.
+MAX_QUEUED_FDS = 4 * MAX_FDS_PER_FRAME
+
+Role = Literal["client", "daemon"]
+
+
+class ProtocolError(Exception):
+    """The peer broke the protocol. The message is one line for a human."""
+
+
+@attrs.frozen
+class Event:
+    """A parsed message and the fds that travelled with it (now the caller's)."""
+
+    message: Message
+    fds: tuple[int, ...] = ()
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+
+
+def _close_all(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    """Close fds the caller owns, ignoring ones already closed."""
+    _close_all(fds)
+
+
+# --- the one private converter --------------------------------------------------
+
+
+def _strict(kind: type, name: str) -> Any:
+    def check(value: Any, _type: Any) -> Any:
+        if kind is int and isinstance(value, bool):
+            raise TypeError(f"expected {name}, got bool")
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {name}, got {type(value).__name__}")
+        return value
+
+    return check
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(int, _strict(int, "integer"))
+    conv.register_structure_hook(float, _strict(float, "number"))
+    conv.register_structure_hook(str, _strict(str, "string"))
+    conv.register_structure_hook(bool, _strict(bool, "boolean"))
+
+    def is_list(t: Any) -> bool:
+        return getattr(t, "__origin__", None) is list
+
+    def is_dict(t: Any) -> bool:
+        return getattr(t, "__origin__", None) is dict
+
+    def list_hook(t: Any) -> Any:
+        (item,) = t.__args__
+        inner = conv.get_structure_hook(item)
+
+        def structure(value: Any, _t: Any) -> list[Any]:
+            if not isinstance(value, list):
+                raise TypeError(f"expected list, got {type(value).__name__}")
+            return [inner(v, item) for v in value]
+
+        return structure
+
+    def dict_hook(t: Any) -> Any:
+        key_t, val_t = t.__args__
+        kh = conv.get_structure_hook(key_t)
+        vh = conv.get_structure_hook(val_t)
+
+        def structure(value: Any, _t: Any) -> dict[Any, Any]:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected object, got {type(value).__name__}")
+            return {kh(k, key_t): vh(v, val_t) for k, v in value.items()}
+
+        return structure
+
+    conv.register_structure_hook_factory(is_list, list_hook)
+    conv.register_structure_hook_factory(is_dict, dict_hook)
+    return conv
+
+
+_converter = _make_converter()
+
+
+def _describe(exc: BaseException) -> str:
+    """One line out of a cattrs error tree."""
+    if isinstance(exc, BaseExceptionGroup):
+        notes = getattr(exc, "__notes__", None) or []
+        for sub in exc.exceptions:
+            sub_notes = getattr(sub, "__notes__", None) or []
+            inner = _describe(sub)
+            where = sub_notes[0] if sub_notes else (notes[0] if notes else "")
+            return f"{where}: {inner}" if where else inner
+    return str(exc) or type(exc).__name__
+
+
+def encode_body(msg: Message) -> tuple[bytes, bytes]:
+    """Message -> (JSON body, blob)."""
+    data = _converter.unstructure(msg)
+    blob_field: str | None = getattr(type(msg), "BLOB", None)
+    blob = b""
+    if blob_field is not None:
+        blob = data.pop(blob_field)
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return body, blob
+
+
+def decode_body(cls: type[Message], body: bytes, blob: bytes) -> Message:
+    """(JSON body, blob) -> message; raises ProtocolError with one line."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"{cls.__name__}: body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{cls.__name__}: body is not a JSON object")
+    blob_field: str | None = getattr(cls, "BLOB", None)
+    if blob_field is not None:
+        if blob_field in data:
+            raise ProtocolError(f"{cls.__name__}: field {blob_field!r} must travel as the blob")
+        data[blob_field] = blob
+    elif blob:
+        raise ProtocolError(f"{cls.__name__}: carries no blob, got {len(blob)} bytes")
+    try:
+        msg: Message = _converter.structure(data, cls)
+    except Exception as exc:
+        raise ProtocolError(f"{cls.__name__}: malformed body: {_describe(exc)}") from None
+    return msg
+
+
+def encode_frame(msg: Message, version: int, nfds: int = 0) -> bytes:
+    body, blob = encode_body(msg)
+    return HEADER.pack(MAGIC, version, msg.TYPE, nfds, len(body), len(blob)) + body + blob
+
+
+# --- the codec ------------------------------------------------------------------
+
+
+@attrs.frozen
+class _FdBatch:
+    start: int  # stream offset of the first byte read with these fds
+    end: int
+    fds: collections.deque[int]
+
+
+class Codec:
+    """One side of one connection. Not thread-safe; owns the fds it queues."""
+
+    def __init__(self, role: Role, *, max_frame: int = MAX_FRAME) -> None:
+        self._role: Role = role
+        self._accepts = CLIENT_MESSAGES if role == "daemon" else DAEMON_MESSAGES
+        self._sends = DAEMON_MESSAGES if role == "daemon" else CLIENT_MESSAGES
+        self._max_frame = max_frame
+        self._buf = bytearray()
+        self._offset = 0  # stream offset of self._buf[0]
+        self._batches: collections.deque[_FdBatch] = collections.deque()
+        self._received = 0  # stream offset of the end of what was received
+        self._version: int | None = None
+        self._broken: ProtocolError | None = None
+
+    @property
+    def version(self) -> int | None:
+        """The negotiated version, or None before the handshake."""
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        self._version = version
+
+    @property
+    def queued_fds(self) -> int:
+        return sum(len(b.fds) for b in self._batches)
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def _fail(self, message: str, extra_fds: Sequence[int] = ()) -> ProtocolError:
+        _close_all(extra_fds)
+        self.close()
+        self._broken = ProtocolError(message)
+        return self._broken
+
+    def close(self) -> None:
+        """Close every fd still queued. Safe to call more than once."""
+        while self._batches:
+            _close_all(self._batches.popleft().fds)
+
+    def receive_data(
+        self, data: bytes, fds: Sequence[int] = (), *, truncated: bool = False
+    ) -> None:
+        """Feed what one read returned. The codec owns ``fds`` from here on.
+
+        ``truncated`` is MSG_CTRUNC: the kernel dropped fds, a protocol error.
+        Raises ProtocolError (after closing every fd it holds).
+        """
+        if self._broken is not None:
+            _close_all(fds)
+            raise self._broken
+        start = self._received
+        self._received += len(data)
+        if fds:
+            self._batches.append(_FdBatch(start, self._received, collections.deque(fds)))
+        if truncated:
+            raise self._fail("ancillary data truncated (MSG_CTRUNC): fds were lost")
+        if fds and not data:
+            raise self._fail("fds arrived without data")
+        if self.queued_fds > MAX_QUEUED_FDS:
+            raise self._fail(f"too many fds queued ({self.queued_fds})")
+        self._buf += data
+
+    def next_event(self) -> Event | _NeedData:
+        """The next complete message, or NEED_DATA. Raises ProtocolError."""
+        if self._broken is not None:
+            raise self._broken
+        frame_start = self._offset
+        self._check_orphan_fds(frame_start)
+        if len(self._buf) < HEADER_SIZE:
+            if self._buf and self._buf[: len(MAGIC)] != MAGIC[: len(self._buf)]:
+                raise self._fail("bad magic: not a multiserver frame")
+            return NEED_DATA
+        magic, version, mtype, nfds, body_len, blob_len = HEADER.unpack_from(self._buf)
+        if magic != MAGIC:
+            raise self._fail("bad magic: not a multiserver frame")
+        cls = MESSAGE_TYPES.get(mtype)
+        if cls is None:
+            raise self._fail(f"unknown message type {mtype}")
+        if cls not in self._accepts:
+            raise self._fail(f"{cls.__name__} may not be sent by a {self._peer_role()}")
+        self._check_version(cls, version)
+        total = HEADER_SIZE + body_len + blob_len
+        if total > self._max_frame:
+            raise self._fail(f"frame of {total} bytes exceeds the maximum of {self._max_frame}")
+        if nfds > min(MAX_FDS.get(cls, 0), MAX_FDS_PER_FRAME):
+            raise self._fail(f"{cls.__name__} may not carry {nfds} fds")
+        if nfds > self._available_fds(frame_start):
+            raise self._fail(f"{cls.__name__} announces {nfds} fds, fewer arrived")
+        if len(self._buf) < total:
+            return NEED_DATA
+        fds = self._take_fds(frame_start, nfds)
+        body = bytes(self._buf[HEADER_SIZE : HEADER_SIZE + body_len])
+        blob = bytes(self._buf[HEADER_SIZE + body_len : total])
+        del self._buf[:total]
+        self._offset += total
+        try:
+            msg = decode_body(cls, body, blob)
+        except ProtocolError as exc:
+            raise self._fail(str(exc), fds) from None
+        self._after_handshake(msg)
+        self._check_orphan_fds(self._offset)
+        return Event(msg, tuple(fds))
+
+    def send(self, msg: Message, nfds: int = 0) -> bytes:
+        """Encode ``msg`` into a frame; the caller sends ``nfds`` fds with its
+        first byte."""
+        if type(msg) not in self._sends:
+            raise ValueError(f"a {self._role} may not send {type(msg).__name__}")
+        if nfds > min(MAX_FDS.get(type(msg), 0), MAX_FDS_PER_FRAME):
+            raise ValueError(f"{type(msg).__name__} may not carry {nfds} fds")
+        if isinstance(msg, Welcome):
+            version = msg.version
+        elif isinstance(msg, Refused | Hello):
+            version = msg.max_version
+        else:
+            version = self._version or 0
+        frame = encode_frame(msg, version, nfds)
+        if len(frame) > self._max_frame:
+            raise ValueError(f"frame of {len(frame)} bytes exceeds the maximum")
+        if isinstance(msg, Welcome):
+            self._version = msg.version
+        return frame
+
+    # --- internals -------------------------------------------------------------
+
+    def _peer_role(self) -> str:
+        return "client" if self._role == "daemon" else "daemon"
+
+    def _check_version(self, cls: type[Message], version: int) -> None:
+        handshake = (Hello,) if self._role == "daemon" else (Welcome, Refused, Error)
+        if self._version is None:
+            if cls not in handshake:
+                raise self._fail(
+                    f"expected {' or '.join(c.__name__ for c in handshake)} first, got {cls.__name__}"
+                )
+            return
+        if cls is Hello:
+            raise self._fail("Hello sent twice")
+        if version != self._version:
+            raise self._fail(f"frame has protocol version {version}, negotiated {self._version}")
+
+    def _after_handshake(self, msg: Message) -> None:
+        if isinstance(msg, Welcome):
+            self._version = msg.version
+
+    def _available_fds(self, frame_start: int) -> int:
+        return sum(len(b.fds) for b in self._batches if b.start <= frame_start < b.end)
+
+    def _take_fds(self, frame_start: int, n: int) -> list[int]:
+        taken: list[int] = []
+        for batch in self._batches:
+            if len(taken) == n:
+                break
+            if batch.start <= frame_start < batch.end:
+                while batch.fds and len(taken) < n:
+                    taken.append(batch.fds.popleft())
+        while self._batches and not self._batches[0].fds:
+            self._batches.popleft()
+        return taken
+
+    def _check_orphan_fds(self, upto: int) -> None:
+        """fds read with bytes before ``upto`` that no frame started there:
+        nobody will ever claim them."""
+        for batch in self._batches:
+            if batch.fds and batch.end <= upto:
+                raise self._fail(f"{len(batch.fds)} fds arrived that no frame announced")

@@ -1,0 +1,198 @@
+"""Running the daemon process: in the foreground (service managers, tests) or
+detached (started on demand by a client, ``python -m multiserver``).
+
+Detached start, as the client drives it (see ``_start.py``)::
+
+    client: take lock -> unlink stale socket -> posix_spawn(setsid) ------+
+    daemon (session leader): fork, exit --------------------------------+ |
+    daemon (grandchild): chdir /, umask 077, stdio -> /dev/null + log,  | |
+        close every fd but lock + ready pipe, bind, listen,             | |
+        write "ready" to the pipe -> client connects                    v v
+
+The lock is held for the daemon's whole life and taken before a stale socket
+is unlinked; on the way out the daemon unlinks socket and lock while it still
+holds the lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from multiserver._paths import DaemonPaths, LockBusy, try_lock
+from multiserver._server import Daemon, DaemonConfig, bind_listener
+
+log = logging.getLogger("multiserver.daemon")
+
+
+def config_from_env() -> DaemonConfig:
+    """Daemon settings from MULTISERVER_BUFFER_LIMIT / MULTISERVER_IDLE_EXIT."""
+    kwargs: dict[str, object] = {}
+    raw = os.environ.get("MULTISERVER_BUFFER_LIMIT")
+    if raw:
+        kwargs["buffer_limit"] = _parse_int("MULTISERVER_BUFFER_LIMIT", raw, 0, 8 * 1024 * 1024)
+    raw = os.environ.get("MULTISERVER_IDLE_EXIT")
+    if raw:
+        kwargs["idle_exit"] = None if raw in ("never", "none") else float(raw)
+    return DaemonConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be within {lo}..{hi}, got {value}")
+    return value
+
+
+def config_args(config: DaemonConfig) -> list[str]:
+    idle = "never" if config.idle_exit is None else repr(config.idle_exit)
+    return ["--buffer-limit", str(config.buffer_limit), "--idle-exit", idle]
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s multiserver[%(process)d] %(levelname)s %(message)s",
+    )
+
+
+async def _run(
+    paths: DaemonPaths, config: DaemonConfig, lock_fd: int, ready: Callable[[], None]
+) -> None:
+    daemon = Daemon(config)
+    listener = await bind_listener(str(paths.socket))
+    log.info("listening on %s (instance %s)", paths.socket, daemon.instance_id)
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signals() -> None:
+                with trio.open_signal_receiver(
+                    signal.SIGTERM, signal.SIGINT, signal.SIGHUP
+                ) as sigs:
+                    async for signum in sigs:
+                        if signum == signal.SIGHUP:
+                            continue  # no terminal to lose; keep serving
+                        log.info("signal %d: exiting", signum)
+                        nursery.cancel_scope.cancel()
+                        return
+
+            nursery.start_soon(on_signals)
+            await nursery.start(daemon.serve, listener)
+            ready()
+            await daemon.wait_stopped()
+            nursery.cancel_scope.cancel()
+    finally:
+        # Unlink while the lock is still ours, so no other daemon's files go.
+        for path in (paths.socket, paths.lock):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        listener.close()
+        os.close(lock_fd)
+        log.info("stopped")
+
+
+def take_lock_and_clear(paths: DaemonPaths) -> int:
+    """Take the lock, then unlink a stale socket. Raises LockBusy."""
+    lock_fd = try_lock(paths.lock)
+    try:
+        os.unlink(paths.socket)
+    except FileNotFoundError:
+        pass
+    return lock_fd
+
+
+def run_foreground(
+    paths: DaemonPaths, config: DaemonConfig, *, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Run the daemon in this process until it stops. Raises LockBusy if a
+    daemon already runs on ``paths``, UnsafeDirectory if the dirs are unsafe."""
+    paths.prepare()
+    lock_fd = take_lock_and_clear(paths)
+    os.chdir("/")
+    trio.run(_run, paths, config, lock_fd, on_ready or (lambda: None))
+
+
+def _daemonized(args: argparse.Namespace) -> None:
+    """The detached daemon: second fork, clean process state, then serve."""
+    if os.fork() != 0:
+        os._exit(0)  # the session leader goes; the grandchild can never get a tty
+    ready_fd, lock_fd = args.ready_fd, args.lock_fd
+    os.set_inheritable(ready_fd, False)
+    os.set_inheritable(lock_fd, False)
+    paths = DaemonPaths.for_socket(Path(args.socket))
+    try:
+        os.chdir("/")
+        os.umask(0o077)
+        null = os.open(os.devnull, os.O_RDWR)
+        logfd = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(null, 0)
+        os.dup2(logfd, 1)
+        os.dup2(logfd, 2)
+        keep = sorted({ready_fd, lock_fd})
+        os.closerange(3, keep[0])
+        os.closerange(keep[0] + 1, keep[1]) if len(keep) > 1 else None
+        os.closerange(keep[-1] + 1, os.sysconf("SC_OPEN_MAX"))
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        _setup_logging()
+        config = DaemonConfig(
+            buffer_limit=args.buffer_limit,
+            idle_exit=None if args.idle_exit == "never" else float(args.idle_exit),
+        )
+    except Exception as exc:
+        _report(ready_fd, f"E{exc}")
+        os._exit(1)
+
+    def ready() -> None:
+        _report(ready_fd, f"R{os.getpid()}")
+
+    try:
+        trio.run(_run, paths, config, lock_fd, ready)
+    except BaseException as exc:
+        log.exception("daemon failed")
+        _report(ready_fd, f"E{exc}")
+        os._exit(1)
+    os._exit(0)
+
+
+def _report(fd: int, text: str) -> None:
+    try:
+        os.write(fd, text.encode()[:4000] + b"\n")
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m multiserver", description="the multiserver daemon (detached start)"
+    )
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--lock-fd", type=int, required=True)
+    parser.add_argument("--buffer-limit", type=int, default=DaemonConfig().buffer_limit)
+    parser.add_argument("--idle-exit", default="5.0")
+    _daemonized(parser.parse_args(argv))
+
+
+__all__ = [
+    "LockBusy",
+    "config_args",
+    "config_from_env",
+    "main",
+    "run_foreground",
+    "take_lock_and_clear",
+]

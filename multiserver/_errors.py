@@ -1,0 +1,60 @@
+"""The project's own errors. OSError is translated into these at one boundary
+(the I/O layer and the path checks), raised ``from`` the original."""
+
+from __future__ import annotations
+
+from multiserver._codec import ProtocolError
+
+
+class MultiserverError(Exception):
+    """Base of every error this library raises. ``str()`` is one line."""
+
+
+class UnsafeDirectory(MultiserverError):
+    """A runtime dir or socket fails the owner / mode / symlink checks."""
+
+
+class DaemonNotRunning(MultiserverError):
+    """Nothing listens on the socket (and the caller asked not to start one)."""
+
+
+class ConnectionClosed(MultiserverError):
+    """The peer closed the connection (or it broke)."""
+
+
+class PeerProtocolError(MultiserverError):
+    """The peer broke the protocol; the connection is gone."""
+
+
+class VersionRefused(MultiserverError):
+    """The daemon speaks no version this client speaks."""
+
+
+class RequestFailed(MultiserverError):
+    """The daemon answered a request with an error; the connection is healthy."""
+
+    def __init__(self, errno: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.message = message
+
+
+class ChildFailed(RequestFailed):
+    """One child of a multi-child request failed."""
+
+    def __init__(self, child_id: int, errno: int, message: str) -> None:
+        super().__init__(errno, message)
+        self.child_id = child_id
+
+
+__all__ = [
+    "ChildFailed",
+    "ConnectionClosed",
+    "DaemonNotRunning",
+    "MultiserverError",
+    "PeerProtocolError",
+    "ProtocolError",
+    "RequestFailed",
+    "UnsafeDirectory",
+    "VersionRefused",
+]

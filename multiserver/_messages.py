@@ -1,0 +1,334 @@
+"""The messages of the multiserver wire protocol, as frozen attrs classes.
+
+Every message has a fixed type code (``TYPE``), stated once in ``MESSAGE_TYPES``.
+A message may carry one ``bytes`` field (named by ``BLOB``), which travels as the
+frame's raw blob instead of inside the JSON body. A message that travels with
+fds says how many in ``nfds`` of its frame; the fds themselves are never part of
+the message object (see ``_codec.Event``).
+
+Any change to a message, its fields or its meaning bumps ``PROTOCOL_VERSION``.
+See docs/protocol.md for the byte-level description.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import attrs
+
+PROTOCOL_VERSION = 1
+MIN_PROTOCOL_VERSION = 1
+
+ChildState = Literal["running", "exited"]
+
+
+@attrs.frozen
+class ChildInfo:
+    """What the daemon knows of one child, without its fd."""
+
+    id: int
+    pid: int
+    name: str
+    argv: list[str]
+    cwd: str
+    tty: str
+    rows: int
+    cols: int
+    state: ChildState
+    exit_code: int | None  # negative signal number when killed by a signal
+    held: bool
+    buffered_bytes: int
+    dropped_bytes: int
+    started_at: float  # unix time
+    exited_at: float | None
+    linger: float | None
+    # Filled only when asked (List.foreground): the foreground process of the
+    # child's terminal, where the OS tells it.
+    fg_pid: int | None = None
+    fg_cwd: str | None = None
+    fg_argv: list[str] | None = None
+
+
+# --- handshake -------------------------------------------------------------
+
+
+@attrs.frozen
+class Hello:
+    """Client -> daemon, first frame. Offers a range of protocol versions."""
+
+    TYPE: ClassVar[int] = 1
+    min_version: int
+    max_version: int
+    client: str = ""
+
+
+@attrs.frozen
+class Welcome:
+    """Daemon -> client: the version picked and what the daemon holds."""
+
+    TYPE: ClassVar[int] = 2
+    version: int
+    instance_id: str
+    pid: int
+    server: str
+    children: list[ChildInfo]
+
+
+@attrs.frozen
+class Refused:
+    """Daemon -> client: no common version (or another refusal); then it closes."""
+
+    TYPE: ClassVar[int] = 3
+    reason: str
+    min_version: int
+    max_version: int
+
+
+# --- requests (client -> daemon); each carries a client-chosen `req` ----------
+
+
+@attrs.frozen
+class Launch:
+    TYPE: ClassVar[int] = 10
+    req: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    rows: int = 24
+    cols: int = 80
+    name: str = ""
+    linger: float | None = None
+    hold: bool = True  # False: launch detached, the daemon drains it
+
+
+@attrs.frozen
+class Claim:
+    """Claim several children in one request. Answered by one ``Claimed`` or
+    ``ChildError`` per id, in the order asked."""
+
+    TYPE: ClassVar[int] = 11
+    req: int
+    ids: list[int]
+    steal: bool = False  # take over children held by another client
+
+
+@attrs.frozen
+class Release:
+    TYPE: ClassVar[int] = 12
+    req: int
+    ids: list[int]
+
+
+@attrs.frozen
+class Signal:
+    TYPE: ClassVar[int] = 13
+    req: int
+    id: int
+    signum: int
+
+
+@attrs.frozen
+class Collect:
+    TYPE: ClassVar[int] = 14
+    req: int
+    id: int
+
+
+@attrs.frozen
+class ListChildren:
+    TYPE: ClassVar[int] = 15
+    req: int
+    foreground: bool = False
+
+
+@attrs.frozen
+class Peek:
+    TYPE: ClassVar[int] = 16
+    req: int
+    id: int
+    max_bytes: int | None = None
+
+
+@attrs.frozen
+class Resize:
+    TYPE: ClassVar[int] = 17
+    req: int
+    id: int
+    rows: int
+    cols: int
+
+
+@attrs.frozen
+class Shutdown:
+    """Stop the daemon. Refused while children run unless ``force``."""
+
+    TYPE: ClassVar[int] = 18
+    req: int
+    force: bool = False
+
+
+# --- replies (daemon -> client); each echoes `req` -----------------------------
+
+
+@attrs.frozen
+class Launched:
+    """Reply to Launch; travels with the master fd when the launch held it."""
+
+    TYPE: ClassVar[int] = 30
+    req: int
+    child: ChildInfo
+
+
+@attrs.frozen
+class Claimed:
+    """One child of a Claim: its master fd travels with this frame (none when
+    the child has exited), preceded by the output buffered while unheld."""
+
+    TYPE: ClassVar[int] = 31
+    BLOB: ClassVar[str] = "output"
+    req: int
+    child: ChildInfo
+    dropped: int  # bytes dropped past the bound since the last handover
+    output: bytes = b""
+
+
+@attrs.frozen
+class ChildError:
+    """One child of a Claim or Release that could not be served."""
+
+    TYPE: ClassVar[int] = 32
+    req: int
+    id: int
+    errno: int
+    message: str
+
+
+@attrs.frozen
+class Released:
+    TYPE: ClassVar[int] = 33
+    req: int
+    ids: list[int]
+
+
+@attrs.frozen
+class Ok:
+    TYPE: ClassVar[int] = 34
+    req: int
+
+
+@attrs.frozen
+class Collected:
+    TYPE: ClassVar[int] = 35
+    req: int
+    child: ChildInfo
+
+
+@attrs.frozen
+class Children:
+    TYPE: ClassVar[int] = 36
+    req: int
+    children: list[ChildInfo]
+
+
+@attrs.frozen
+class Peeked:
+    TYPE: ClassVar[int] = 37
+    BLOB: ClassVar[str] = "output"
+    req: int
+    child: ChildInfo
+    dropped: int
+    output: bytes = b""
+
+
+@attrs.frozen
+class Error:
+    """A request failed (``req`` set; the connection stays healthy), or the
+    peer broke the protocol (``req`` is None; the daemon closes after it)."""
+
+    TYPE: ClassVar[int] = 38
+    req: int | None
+    errno: int
+    message: str
+
+
+# --- pushed notices (daemon -> client, no `req`) --------------------------------
+
+
+@attrs.frozen
+class ChildExited:
+    TYPE: ClassVar[int] = 50
+    id: int
+    exit_code: int
+
+
+@attrs.frozen
+class ChildTaken:
+    """Sent to the previous holder when another client claims its child."""
+
+    TYPE: ClassVar[int] = 51
+    id: int
+
+
+Message = (
+    Hello
+    | Welcome
+    | Refused
+    | Launch
+    | Claim
+    | Release
+    | Signal
+    | Collect
+    | ListChildren
+    | Peek
+    | Resize
+    | Shutdown
+    | Launched
+    | Claimed
+    | ChildError
+    | Released
+    | Ok
+    | Collected
+    | Children
+    | Peeked
+    | Error
+    | ChildExited
+    | ChildTaken
+)
+
+MESSAGE_TYPES: dict[int, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (
+        Hello,
+        Welcome,
+        Refused,
+        Launch,
+        Claim,
+        Release,
+        Signal,
+        Collect,
+        ListChildren,
+        Peek,
+        Resize,
+        Shutdown,
+        Launched,
+        Claimed,
+        ChildError,
+        Released,
+        Ok,
+        Collected,
+        Children,
+        Peeked,
+        Error,
+        ChildExited,
+        ChildTaken,
+    )
+}
+
+# Which messages may travel with fds, and how many at most.
+MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 1}
+
+# Messages a client may send, and messages a daemon may send.
+CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(
+    {Hello, Launch, Claim, Release, Signal, Collect, ListChildren, Peek, Resize, Shutdown}
+)
+DAEMON_MESSAGES: frozenset[type[Message]] = frozenset(MESSAGE_TYPES.values()) - CLIENT_MESSAGES

@@ -1,0 +1,198 @@
+"""Where the daemon's socket, lock, log and state live, and the checks that
+make a planted socket or a shared directory unusable.
+
+- Runtime dir: ``$MULTISERVER_RUNTIME_DIR``, else platformdirs' user runtime
+  dir (on macOS the user's Application Support dir). Created 0700; refused if
+  it is a symlink, not owned by this uid, or group/other accessible.
+- Socket ``multiserver-daemon-N.socket``, lock ``...socket.lock`` beside it.
+  When the socket path would not fit in ``sun_path``, both go to the short
+  fallback dir ``$TMPDIR/ms-UID`` (checked the same way).
+- State dir: ``$MULTISERVER_STATE_DIR``, else platformdirs' user state dir;
+  the daemon's log goes there.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+import attrs
+import platformdirs
+
+from multiserver._errors import UnsafeDirectory
+
+APP = "multiserver"
+SOCKET_PREFIX = "multiserver-daemon-"
+SOCKET_SUFFIX = ".socket"
+SOCKET_RE = re.compile(r"^multiserver-daemon-([1-9][0-9]{0,5})\.socket$")
+# sun_path is 108 bytes on Linux, 104 on macOS, including the final NUL.
+SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
+
+
+def runtime_dir() -> Path:
+    env = os.environ.get("MULTISERVER_RUNTIME_DIR")
+    if env:
+        return Path(env)
+    if sys.platform == "darwin":  # pragma: no cover
+        return Path(platformdirs.user_data_dir(APP, appauthor=False))
+    return Path(platformdirs.user_runtime_dir(APP, appauthor=False))
+
+
+def state_dir() -> Path:
+    env = os.environ.get("MULTISERVER_STATE_DIR")
+    if env:
+        return Path(env)
+    return Path(platformdirs.user_state_dir(APP, appauthor=False))
+
+
+def fallback_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"ms-{os.getuid()}"
+
+
+def check_private_dir(path: Path) -> None:
+    """Raise UnsafeDirectory unless ``path`` is a real dir, ours, mode 0700-ish."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise UnsafeDirectory(f"{path}: {exc.strerror}") from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirectory(f"{path}: refusing a runtime dir that is a symlink")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectory(f"{path}: not a directory")
+    if st.st_uid != os.getuid():
+        raise UnsafeDirectory(f"{path}: owned by uid {st.st_uid}, not {os.getuid()}")
+    if st.st_mode & 0o077:
+        raise UnsafeDirectory(
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets other users in (want 0700)"
+        )
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` 0700 if missing (parents too), then check it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UnsafeDirectory(f"{path}: cannot create: {exc.strerror}") from exc
+    check_private_dir(path)
+    return path
+
+
+def check_socket(path: Path) -> None:
+    """Raise UnsafeDirectory unless ``path`` is a socket owned by us."""
+    check_private_dir(path.parent)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise UnsafeDirectory(f"{path}: {exc.strerror}") from exc
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UnsafeDirectory(f"{path}: not a socket")
+    if st.st_uid != os.getuid():
+        raise UnsafeDirectory(f"{path}: socket owned by uid {st.st_uid}, not {os.getuid()}")
+
+
+def socket_name(number: int) -> str:
+    return f"{SOCKET_PREFIX}{number}{SOCKET_SUFFIX}"
+
+
+def fits_sun_path(path: Path) -> bool:
+    return len(os.fsencode(path)) < SUN_PATH_MAX
+
+
+@attrs.frozen
+class DaemonPaths:
+    """The files of daemon number ``number``. Building it does no I/O."""
+
+    number: int
+    socket: Path
+    lock: Path
+    state_dir: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.socket.parent
+
+    @property
+    def log(self) -> Path:
+        return self.state_dir / f"daemon-{self.number}.log"
+
+    @classmethod
+    def for_number(cls, number: int = 1) -> DaemonPaths:
+        if not 1 <= number <= 999_999:
+            raise ValueError(f"daemon number must be 1..999999, got {number}")
+        name = socket_name(number)
+        sock = runtime_dir() / name
+        if not fits_sun_path(sock):
+            sock = fallback_dir() / name
+        return cls(number, sock, sock.with_name(name + ".lock"), state_dir())
+
+    @classmethod
+    def for_socket(cls, sock: Path) -> DaemonPaths:
+        m = SOCKET_RE.match(sock.name)
+        number = int(m.group(1)) if m else 0
+        return cls(number, sock, sock.with_name(sock.name + ".lock"), state_dir())
+
+    def prepare(self) -> None:
+        """Create and check the socket's dir and the state dir."""
+        ensure_private_dir(self.dir)
+        ensure_private_dir(self.state_dir)
+
+
+def default_daemon_number() -> int:
+    raw = os.environ.get("MULTISERVER_DAEMON", "1")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"MULTISERVER_DAEMON must be a number, got {raw!r}") from None
+
+
+class LockBusy(Exception):
+    pass
+
+
+def try_lock(path: Path) -> int:
+    """Take the daemon lock without waiting; returns the locked fd (close-on-exec).
+
+    Raises LockBusy if a live process holds it. Guards against the lock file
+    being unlinked and recreated between open and flock (a daemon removes it
+    when it exits), by checking the path still names the locked file.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise LockBusy(str(path)) from None
+            raise
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def lock_is_held(path: Path) -> bool:
+    """True if some process holds the lock at ``path`` (False if none or no file)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -1,0 +1,546 @@
+"""The daemon: an accept loop, one handler per client connection, and the
+child table they share.
+
+One connection never blocks another: requests of one client are served in
+order by its own task; everything a connection sends goes through its own
+writer task and outbox. A client that stops reading is disconnected once a
+send makes no progress for ``stall_timeout`` seconds, or once its queued
+notices pass a bound; reaping, draining and accepting go on meanwhile.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import itertools
+import logging
+import os
+import secrets
+import signal
+import socket
+from collections.abc import Sequence
+
+import attrs
+import trio
+
+from multiserver import _platform
+from multiserver._children import Child, ChildTable, LaunchError
+from multiserver._codec import Codec, close_fds
+from multiserver._errors import ConnectionClosed, PeerProtocolError
+from multiserver._messages import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    ChildError,
+    ChildExited,
+    Children,
+    Claim,
+    Claimed,
+    Collect,
+    Collected,
+    Error,
+    Hello,
+    Launch,
+    Launched,
+    ListChildren,
+    Message,
+    Ok,
+    Peek,
+    Peeked,
+    Refused,
+    Release,
+    Released,
+    Resize,
+    Shutdown,
+    Signal,
+    Welcome,
+)
+from multiserver._wire import FramedSocket, send_frame
+
+log = logging.getLogger("multiserver.daemon")
+
+SERVER_NAME = "multiserver-daemon/0.1"
+
+
+@attrs.frozen
+class DaemonConfig:
+    buffer_limit: int = 1024 * 1024
+    idle_exit: float | None = 5.0  # seconds with no child and no client; None: never
+    stall_timeout: float = 10.0
+    max_queued_notices: int = 10_000
+    outbox_high_water: int = 8 * 1024 * 1024
+
+
+class ClientConnection:
+    """The daemon's side of one client. Owns its socket and its outbox."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, daemon: Daemon, sock: trio.socket.SocketType) -> None:
+        self.id = next(self._ids)
+        self._daemon = daemon
+        self._framed = FramedSocket(sock, Codec("daemon"))
+        self.held: set[int] = set()
+        self.ready = False  # hello done: receives notices
+        # Frames waiting for the writer: (frame bytes, fds owned by the outbox).
+        self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
+        self._outbox_bytes = 0
+        self._notices = 0
+        self._wake_writer = trio.Event()
+        self._space = trio.Event()
+        self._closed = trio.Event()
+        self._cancel = trio.CancelScope()
+
+    # --- sending --------------------------------------------------------------
+
+    def _enqueue(self, msg: Message, fds: Sequence[int] = ()) -> None:
+        frame = self._framed.codec.send(msg, len(fds))
+        owned = [os.dup(fd) for fd in fds]  # the child may be collected meanwhile
+        self._outbox.append((frame, owned))
+        self._outbox_bytes += len(frame)
+        self._wake_writer.set()
+
+    async def send(self, msg: Message, fds: Sequence[int] = ()) -> None:
+        """Queue a reply; waits while the outbox is over its high-water mark.
+
+        Cancellation: the frame may or may not be queued.
+        """
+        while self._outbox_bytes > self._daemon.config.outbox_high_water:
+            if self._closed.is_set():
+                raise ConnectionClosed("client gone")
+            self._space = trio.Event()
+            await self._space.wait()
+        self._enqueue(msg, fds)
+
+    def notify(self, msg: Message) -> None:
+        """Queue a pushed notice; never blocks. A client that lets notices
+        pile up past the bound is disconnected."""
+        if not self.ready or self._closed.is_set():
+            return
+        self._notices += 1
+        if self._notices > self._daemon.config.max_queued_notices:
+            log.warning("client %d: too many queued notices, disconnecting", self.id)
+            self.disconnect()
+            return
+        self._enqueue(msg)
+
+    async def _writer(self) -> None:
+        sock = self._framed.sock
+        stall = self._daemon.config.stall_timeout
+        while True:
+            while not self._outbox:
+                self._wake_writer = trio.Event()
+                await self._wake_writer.wait()
+            frame, fds = self._outbox.popleft()
+            try:
+                with trio.move_on_after(stall) as scope:
+                    await send_frame(sock, frame, fds)
+            finally:
+                close_fds(fds)
+                self._outbox_bytes -= len(frame)
+                self._space.set()
+            if scope.cancelled_caught:
+                log.warning("client %d: not reading for %.0f s, disconnecting", self.id, stall)
+                self.disconnect()
+                return
+            if self._notices:
+                self._notices = max(0, self._notices - 1)
+
+    async def flush(self) -> None:
+        """Wait until the outbox is empty (or the client is gone)."""
+        while self._outbox and not self._closed.is_set():
+            self._space = trio.Event()
+            await self._space.wait()
+
+    def disconnect(self) -> None:
+        self._cancel.cancel()
+
+    # --- serving ----------------------------------------------------------------
+
+    async def serve(self) -> None:
+        try:
+            with self._cancel:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer)
+                    await self._serve_requests()
+                    await self.flush()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._closed.set()
+            self._space.set()
+            while self._outbox:
+                close_fds(self._outbox.popleft()[1])
+            with trio.CancelScope(shield=True):
+                await self._daemon.client_gone(self)
+            self._framed.close()
+
+    async def _serve_requests(self) -> None:
+        try:
+            uid = _platform.peer_uid(self._framed.sock.fileno())
+        except OSError as exc:
+            log.warning("client %d: cannot read peer credentials: %s", self.id, exc)
+            return
+        if uid != os.getuid():
+            log.warning("client %d: refused uid %d", self.id, uid)
+            await self.send(
+                Error(
+                    req=None,
+                    errno=errno.EACCES,
+                    message=f"permission denied: uid {uid} is not the daemon's owner",
+                )
+            )
+            return
+        try:
+            while True:
+                event = await self._framed.receive()
+                close_fds(event.fds)  # no client message carries fds
+                if not await self._dispatch(event.message):
+                    return
+        except ConnectionClosed:
+            return
+        except PeerProtocolError as exc:
+            log.info("client %d: protocol error: %s", self.id, exc)
+            await self.send(Error(req=None, errno=errno.EPROTO, message=f"protocol error: {exc}"))
+
+    async def _dispatch(self, msg: Message) -> bool:
+        """Serve one request. False: close the connection."""
+        d = self._daemon
+        match msg:
+            case Hello():
+                return await self._hello(msg)
+            case Launch():
+                await d.launch(self, msg)
+            case Claim():
+                await d.claim(self, msg)
+            case Release():
+                await d.release(self, msg)
+            case Signal():
+                await d.signal(self, msg)
+            case Collect():
+                await d.collect(self, msg)
+            case ListChildren():
+                await self.send(
+                    Children(
+                        req=msg.req,
+                        children=[c.info(foreground=msg.foreground) for c in d.children],
+                    )
+                )
+            case Peek():
+                await d.peek(self, msg)
+            case Resize():
+                await d.resize(self, msg)
+            case Shutdown():
+                await d.shutdown(self, msg)
+            case _:  # the codec admits only client messages
+                raise AssertionError(msg)
+        return True
+
+    async def _hello(self, msg: Hello) -> bool:
+        lo, hi = max(msg.min_version, MIN_PROTOCOL_VERSION), min(msg.max_version, PROTOCOL_VERSION)
+        if lo > hi:
+            await self.send(
+                Refused(
+                    reason=(
+                        f"no common protocol version: client speaks {msg.min_version}..{msg.max_version}, "
+                        f"daemon speaks {MIN_PROTOCOL_VERSION}..{PROTOCOL_VERSION}"
+                    ),
+                    min_version=MIN_PROTOCOL_VERSION,
+                    max_version=PROTOCOL_VERSION,
+                )
+            )
+            return False
+        await self.send(
+            Welcome(
+                version=hi,
+                instance_id=self._daemon.instance_id,
+                pid=os.getpid(),
+                server=SERVER_NAME,
+                children=[c.info() for c in self._daemon.children],
+            )
+        )
+        self.ready = True
+        return True
+
+
+class Daemon:
+    """The daemon's state. ``serve`` runs it on a bound, listening socket."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.instance_id = secrets.token_hex(16)
+        self._clients: set[ClientConnection] = set()
+        self._children: ChildTable | None = None
+        self._changed = trio.Event()
+        self._stop = trio.Event()
+
+    @property
+    def children(self) -> ChildTable:
+        assert self._children is not None
+        return self._children
+
+    async def wait_stopped(self) -> None:
+        """Wait until the daemon was told to stop (idle, or a Shutdown)."""
+        await self._stop.wait()
+
+    def _on_change(self) -> None:
+        self._changed.set()
+
+    def _on_exit(self, child: Child) -> None:
+        assert child.exit_code is not None
+        log.info("child %d (pid %d) exited with %d", child.id, child.pid, child.exit_code)
+        for conn in list(self._clients):
+            conn.notify(ChildExited(id=child.id, exit_code=child.exit_code))
+
+    async def serve(
+        self,
+        listener: trio.socket.SocketType,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept and serve clients until idle-exit or shutdown. ``listener``
+        must already listen; ``task_status.started()`` is reported at once.
+
+        Cancellation: every connection is closed; children are left running
+        (the caller decides whether to end them).
+        """
+        async with trio.open_nursery() as nursery:
+            self._children = ChildTable(
+                nursery,
+                buffer_limit=self.config.buffer_limit,
+                on_exit=self._on_exit,
+                on_change=self._on_change,
+            )
+            nursery.start_soon(self._accept_loop, listener, nursery)
+            if self.config.idle_exit is not None:
+                nursery.start_soon(self._idle_watch)
+            task_status.started()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _accept_loop(self, listener: trio.socket.SocketType, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                sock, _ = await listener.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("accept: %s; pausing", exc)
+                    await trio.sleep(0.1)
+                    continue
+                raise
+            conn = ClientConnection(self, sock)
+            self._clients.add(conn)
+            self._on_change()
+            nursery.start_soon(conn.serve)
+
+    async def _idle_watch(self) -> None:
+        assert self.config.idle_exit is not None
+        while True:
+            if not self._clients and not len(self.children):
+                with trio.move_on_after(self.config.idle_exit) as scope:
+                    self._changed = trio.Event()
+                    await self._changed.wait()
+                if scope.cancelled_caught and not self._clients and not len(self.children):
+                    log.info("idle for %.1f s: exiting", self.config.idle_exit)
+                    self._stop.set()
+                    return
+            else:
+                self._changed = trio.Event()
+                await self._changed.wait()
+
+    async def client_gone(self, conn: ClientConnection) -> None:
+        """Every child the client held becomes unheld at once."""
+        self._clients.discard(conn)
+        for child_id in sorted(conn.held):
+            child = self.children.get(child_id)
+            if child is not None and child.holder is conn:
+                await self.children.become_unheld(child)
+        conn.held.clear()
+        self._on_change()
+
+    # --- requests -----------------------------------------------------------------
+
+    def _lookup(self, child_id: int) -> Child | None:
+        return self.children.get(child_id)
+
+    async def launch(self, conn: ClientConnection, msg: Launch) -> None:
+        try:
+            child = await self.children.launch(
+                argv=msg.argv,
+                env=msg.env,
+                cwd=msg.cwd,
+                rows=msg.rows,
+                cols=msg.cols,
+                name=msg.name,
+                linger=msg.linger,
+                holder=conn if msg.hold else None,
+            )
+        except LaunchError as exc:
+            await conn.send(Error(req=msg.req, errno=exc.errno, message=exc.message))
+            return
+        log.info("child %d (pid %d) launched on %s", child.id, child.pid, child.tty)
+        if msg.hold:
+            conn.held.add(child.id)
+            assert child.master is not None
+            await conn.send(Launched(req=msg.req, child=child.info()), [child.master])
+        else:
+            await conn.send(Launched(req=msg.req, child=child.info()))
+
+    async def claim(self, conn: ClientConnection, msg: Claim) -> None:
+        for child_id in msg.ids:
+            child = self._lookup(child_id)
+            if child is None:
+                await conn.send(
+                    ChildError(
+                        req=msg.req, id=child_id, errno=errno.ENOENT, message=f"no child {child_id}"
+                    )
+                )
+                continue
+            previous = child.holder
+            try:
+                output, dropped = await self.children.take(child, conn, steal=msg.steal)
+            except LaunchError as exc:
+                await conn.send(
+                    ChildError(req=msg.req, id=child_id, errno=exc.errno, message=exc.message)
+                )
+                continue
+            if isinstance(previous, ClientConnection) and previous is not conn:
+                previous.held.discard(child_id)
+            conn.held.add(child_id)
+            fds = [child.master] if child.running and child.master is not None else []
+            await conn.send(
+                Claimed(req=msg.req, child=child.info(), dropped=dropped, output=output), fds
+            )
+
+    async def release(self, conn: ClientConnection, msg: Release) -> None:
+        released: list[int] = []
+        for child_id in msg.ids:
+            child = self._lookup(child_id)
+            if child is None or child.holder is not conn:
+                why = (
+                    f"no child {child_id}"
+                    if child is None
+                    else f"child {child_id} is not held by this client"
+                )
+                await conn.send(
+                    ChildError(
+                        req=msg.req,
+                        id=child_id,
+                        errno=errno.ENOENT if child is None else errno.EPERM,
+                        message=why,
+                    )
+                )
+                continue
+            conn.held.discard(child_id)
+            await self.children.become_unheld(child)
+            released.append(child_id)
+        await conn.send(Released(req=msg.req, ids=released))
+
+    async def signal(self, conn: ClientConnection, msg: Signal) -> None:
+        child = self._lookup(msg.id)
+        if child is None:
+            await conn.send(Error(req=msg.req, errno=errno.ENOENT, message=f"no child {msg.id}"))
+            return
+        if msg.signum not in signal.valid_signals() or msg.signum == 0:
+            await conn.send(
+                Error(req=msg.req, errno=errno.EINVAL, message=f"bad signal {msg.signum}")
+            )
+            return
+        if not child.running:
+            await conn.send(
+                Error(req=msg.req, errno=errno.ESRCH, message=f"child {msg.id} has exited")
+            )
+            return
+        try:
+            os.killpg(child.pid, msg.signum)
+        except ProcessLookupError:
+            try:
+                os.kill(child.pid, msg.signum)
+            except ProcessLookupError:
+                pass
+        await conn.send(Ok(req=msg.req))
+
+    async def collect(self, conn: ClientConnection, msg: Collect) -> None:
+        child = self._lookup(msg.id)
+        if child is None:
+            await conn.send(Error(req=msg.req, errno=errno.ENOENT, message=f"no child {msg.id}"))
+            return
+        if child.running:
+            await conn.send(
+                Error(req=msg.req, errno=errno.EBUSY, message=f"child {msg.id} is still running")
+            )
+            return
+        if isinstance(child.holder, ClientConnection):
+            child.holder.held.discard(child.id)
+        info = await self.children.collect(child)
+        await conn.send(Collected(req=msg.req, child=info))
+
+    async def peek(self, conn: ClientConnection, msg: Peek) -> None:
+        child = self._lookup(msg.id)
+        if child is None:
+            await conn.send(Error(req=msg.req, errno=errno.ENOENT, message=f"no child {msg.id}"))
+            return
+        if msg.max_bytes is not None and msg.max_bytes < 0:
+            await conn.send(
+                Error(req=msg.req, errno=errno.EINVAL, message="max_bytes must be >= 0")
+            )
+            return
+        if not child.running and child.holder is None:
+            child.read_available()
+        output, dropped = child.buffer.peek(msg.max_bytes)
+        await conn.send(Peeked(req=msg.req, child=child.info(), dropped=dropped, output=output))
+
+    async def resize(self, conn: ClientConnection, msg: Resize) -> None:
+        child = self._lookup(msg.id)
+        if child is None or child.master is None:
+            await conn.send(Error(req=msg.req, errno=errno.ENOENT, message=f"no child {msg.id}"))
+            return
+        if not (1 <= msg.rows <= 10000 and 1 <= msg.cols <= 10000):
+            await conn.send(
+                Error(
+                    req=msg.req,
+                    errno=errno.EINVAL,
+                    message=f"bad terminal size {msg.rows}x{msg.cols}",
+                )
+            )
+            return
+        _platform.set_winsize(child.master, msg.rows, msg.cols)
+        child.rows, child.cols = msg.rows, msg.cols
+        await conn.send(Ok(req=msg.req))
+
+    async def shutdown(self, conn: ClientConnection, msg: Shutdown) -> None:
+        running = self.children.running_count()
+        if running and not msg.force:
+            await conn.send(
+                Error(
+                    req=msg.req,
+                    errno=errno.EBUSY,
+                    message=f"{running} session(s) still running; use --force to end them",
+                )
+            )
+            return
+        log.info("shutdown requested (force=%s)", msg.force)
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for child in self.children:
+                    if child.running:
+                        nursery.start_soon(self.children.end, child)
+            for child in self.children:
+                if not child.running:
+                    await self.children.collect(child)
+        await conn.send(Ok(req=msg.req))
+        await conn.flush()
+        self._stop.set()
+
+
+async def bind_listener(path: str) -> trio.socket.SocketType:
+    """Bind and listen on ``path`` (which must not exist), mode 0600."""
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        await sock.bind(path)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    sock.listen(512)
+    return sock

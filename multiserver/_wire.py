@@ -1,0 +1,117 @@
+"""Frames over a Unix stream socket, with fds: the only place that calls
+``sendmsg`` / ``recvmsg``. Every read is a ``recvmsg`` with room for the
+largest batch of fds, so the kernel never drops fds silently; received fds are
+close-on-exec."""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+from collections.abc import Sequence
+
+import trio
+
+from multiserver._codec import MAX_FDS_PER_FRAME, NEED_DATA, Codec, Event, ProtocolError
+from multiserver._errors import ConnectionClosed, PeerProtocolError
+from multiserver._messages import Message
+
+RECV_SIZE = 256 * 1024
+_ANCILLARY = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * array.array("i").itemsize)
+_CLOEXEC_FLAG = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+
+
+def _unpack_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            arr = array.array("i")
+            usable = len(data) - (len(data) % arr.itemsize)
+            arr.frombytes(data[:usable])
+            fds.extend(arr)
+    if not _CLOEXEC_FLAG:  # macOS: no MSG_CMSG_CLOEXEC
+        for fd in fds:
+            os.set_inheritable(fd, False)
+    return fds
+
+
+async def receive_chunk(sock: trio.socket.SocketType) -> tuple[bytes, list[int], bool]:
+    """One ``recvmsg``: (data, fds, truncated). The caller owns the fds."""
+    try:
+        data, ancdata, flags, _ = await sock.recvmsg(RECV_SIZE, _ANCILLARY, _CLOEXEC_FLAG)
+    except OSError as exc:
+        raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
+    fds = _unpack_fds(ancdata)
+    return data, fds, bool(flags & socket.MSG_CTRUNC)
+
+
+async def send_frame(sock: trio.socket.SocketType, frame: bytes, fds: Sequence[int] = ()) -> None:
+    """Send a whole frame; the fds go with its first byte, the rest of a
+    partial send goes without ancillary data."""
+    view = memoryview(frame)
+    try:
+        if fds:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+            sent = await sock.sendmsg([view], anc)
+        else:
+            sent = await sock.send(view)
+        while sent < len(view):
+            sent += await sock.send(view[sent:])
+    except OSError as exc:
+        raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
+
+
+class FramedSocket:
+    """A socket plus its codec. One task reads, one task writes (or a lock)."""
+
+    def __init__(self, sock: trio.socket.SocketType, codec: Codec) -> None:
+        self.sock = sock
+        self.codec = codec
+        self._eof = False
+
+    async def receive(self) -> Event:
+        """The next event. Raises ConnectionClosed on EOF, PeerProtocolError
+        (after closing every fd of the bad frame) on a protocol error.
+
+        Cancellation: nothing is lost; bytes and fds already read stay in the
+        codec for the next call.
+        """
+        while True:
+            try:
+                event = self.codec.next_event()
+            except ProtocolError as exc:
+                raise PeerProtocolError(str(exc)) from exc
+            if event is not NEED_DATA:
+                assert isinstance(event, Event)
+                return event
+            if self._eof:
+                raise ConnectionClosed("connection closed by peer")
+            data, fds, truncated = await receive_chunk(self.sock)
+            if not data and not fds:
+                self._eof = True
+                if self.codec.buffered:
+                    self.codec.close()
+                    raise ConnectionClosed("connection closed in the middle of a frame")
+                raise ConnectionClosed("connection closed by peer")
+            try:
+                self.codec.receive_data(data, fds, truncated=truncated)
+            except ProtocolError as exc:
+                raise PeerProtocolError(str(exc)) from exc
+
+    async def send(self, msg: Message, fds: Sequence[int] = ()) -> None:
+        """Encode and send one message with its fds (which stay the caller's)."""
+        await send_frame(self.sock, self.codec.send(msg, len(fds)), fds)
+
+    def close(self) -> None:
+        self.codec.close()
+        self.sock.close()
+
+
+def peer_uid(sock: trio.socket.SocketType) -> int:
+    """The uid of the process at the other end (checked at connect time)."""
+    from multiserver._platform import peer_uid as _peer_uid
+
+    return _peer_uid(sock.fileno())
+
+
+__all__ = ["FramedSocket", "peer_uid", "receive_chunk", "send_frame"]
