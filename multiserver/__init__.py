@@ -16,6 +16,7 @@ from multiserver._client import (
     Client,
     LaunchResult,
     PeekResult,
+    dial,
     handshake,
     open_client,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "VersionRefused",
     "connect",
     "connect_or_start",
+    "dial",
     "fallback_dir",
     "handshake",
     "open_client",

@@ -20,6 +20,7 @@ import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from types import TracebackType
 
 import attrs
 import trio
@@ -121,6 +122,8 @@ class Client:
         self._send_lock = trio.Lock()
         self._notice_send, self.notices = trio.open_memory_channel[Notice](NOTICE_QUEUE)
         self.notices_dropped = 0
+        self._nursery_cm: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
 
     @property
     def instance_id(self) -> str:
@@ -350,6 +353,35 @@ class Client:
         self._break(ConnectionClosed("connection closed"))
         self._framed.close()
 
+    async def __aenter__(self) -> Client:
+        """Start reading replies and notices (in a nursery of our own)."""
+        if self._nursery_cm is not None:
+            raise RuntimeError("client already entered")
+        self._nursery_cm = trio.open_nursery()
+        nursery = await self._nursery_cm.__aenter__()
+        nursery.start_soon(self._reader)
+        self._nursery = nursery
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """Close the connection and stop reading. The block's own exception
+        comes out as itself, not wrapped in an ExceptionGroup (the reader
+        task never raises)."""
+        self.close()
+        assert self._nursery is not None and self._nursery_cm is not None
+        self._nursery.cancel_scope.cancel()
+        try:
+            return await self._nursery_cm.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                raise exc from exc.__cause__
+            raise
+
 
 async def handshake(framed: FramedSocket) -> Welcome:
     """Send Hello, return the daemon's Welcome.
@@ -377,17 +409,16 @@ async def handshake(framed: FramedSocket) -> Welcome:
     return msg
 
 
-@contextlib.asynccontextmanager
-async def open_client(
+async def dial(
     paths: DaemonPaths | Path, *, start: bool = False, config: DaemonConfig | None = None
-) -> AsyncIterator[Client]:
-    """Connect (and with ``start``, start the daemon if none runs), say hello,
-    and yield a ``Client``. Leaving the block closes the connection, which
-    releases every child it still holds.
+) -> Client:
+    """Connect (and with ``start``, start the daemon if none runs) and say
+    hello. The returned client is not reading yet: use it as ``async with
+    client:`` (or use ``open_client``, which does both).
 
     ``paths`` is a ``DaemonPaths`` or a socket path (which is never started).
 
-    Cancellation: the connection is closed; a daemon it started keeps running.
+    Cancellation: nothing is left open; a daemon it started keeps running.
     """
     if isinstance(paths, Path):
         if start:
@@ -405,23 +436,27 @@ async def open_client(
         framed = FramedSocket(sock, Codec("client"))
         try:
             welcome = await handshake(framed)
-            break
         except ConnectionClosed:
             framed.close()
             # A daemon that was exiting when we connected; start another.
             if not start or attempts >= 5:
                 raise DaemonNotRunning(f"daemon at {socket_path} closed the connection") from None
+            continue
         except BaseException:
             framed.close()
             raise
-    client = Client(framed, welcome, socket_path)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._reader)
-            try:
-                yield client
-            finally:
-                client.close()
-                nursery.cancel_scope.cancel()
-    finally:
-        client.close()
+        return Client(framed, welcome, socket_path)
+
+
+@contextlib.asynccontextmanager
+async def open_client(
+    paths: DaemonPaths | Path, *, start: bool = False, config: DaemonConfig | None = None
+) -> AsyncIterator[Client]:
+    """``dial`` then ``async with client``: yields a reading client; leaving
+    the block closes the connection, which releases every child it still holds.
+
+    Cancellation: the connection is closed; a daemon it started keeps running.
+    """
+    client = await dial(paths, start=start, config=config)
+    async with client:
+        yield client

@@ -196,3 +196,26 @@ def lock_is_held(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def socket_dirs() -> list[Path]:
+    """Every dir where a daemon's socket may live: the runtime dir and the
+    short-path fallback."""
+    dirs = [runtime_dir(), fallback_dir()]
+    return list(dict.fromkeys(dirs))
+
+
+def find_sockets() -> list[Path]:
+    """Every ``multiserver-daemon-N.socket`` in ``socket_dirs()``, by number.
+    Only names are matched here; callers check ownership before connecting."""
+    found: list[tuple[int, Path]] = []
+    for d in socket_dirs():
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            m = SOCKET_RE.match(name)
+            if m:
+                found.append((int(m.group(1)), d / name))
+    return [p for _, p in sorted(found)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from multiserver._daemon_main import config_args
+from multiserver._daemon_main import config_args, config_from_env
 from multiserver._errors import DaemonNotRunning, MultiserverError, UnsafeDirectory
 from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
 from multiserver._server import DaemonConfig
@@ -62,6 +62,9 @@ async def connect_or_start(
 ) -> trio.socket.SocketType:
     """Connect to daemon ``paths``, starting it first if none runs.
 
+    A daemon started without ``config`` takes its settings from
+    MULTISERVER_BUFFER_LIMIT / MULTISERVER_IDLE_EXIT (``config_from_env``).
+
     Takes no timeout: wrap it in ``trio.move_on_after``/``fail_after``.
 
     Cancellation: a daemon this call started keeps running (it exits by
@@ -83,7 +86,7 @@ async def connect_or_start(
                 os.unlink(paths.socket)
             except FileNotFoundError:
                 pass
-            await start_daemon(paths, lock_fd, config or DaemonConfig())
+            await start_daemon(paths, lock_fd, config or config_from_env())
         finally:
             os.close(lock_fd)
 

@@ -1,0 +1,183 @@
+"""``multiserver attach``: hold a session's PTY and be its terminal.
+
+Sequence: claim (taking it over from any other client) -> replay the output
+buffered while detached -> size the PTY to this terminal and make full-screen
+programs redraw -> proxy in raw mode until detach, exit, takeover or the
+terminal going away -> restore the terminal -> release (or collect).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import struct
+import sys
+import termios
+from collections.abc import Callable
+from typing import Literal
+
+import attrs
+import trio
+
+from multiserver import ChildExited, ChildInfo, ChildTaken, Client, MultiserverError
+from multiserver_cli import _proxy
+from multiserver_cli._sessions import CliError
+
+Redraw = Literal["none", "winch", "ctrl_l"]
+# After the PTY reports EOF, how long to wait for the daemon's exit notice.
+EXIT_NOTICE_WAIT = 5.0
+
+
+@attrs.define
+class _Outcome:
+    """What ended the attachment, besides the proxy's own reason."""
+
+    exit_code: int | None = None
+    taken: bool = False
+    signal: int | None = None
+    settled: trio.Event = attrs.Factory(trio.Event)
+
+
+def exit_status(code: int) -> int:
+    """A child's exit code as a shell would report it (128+N for signal N)."""
+    return 128 - code if code < 0 else code
+
+
+def terminal_size(fd: int) -> tuple[int, int] | None:
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        return None
+    return (rows, cols) if rows and cols else None
+
+
+async def _redraw(
+    client: Client, child: ChildInfo, master: int, size: tuple[int, int] | None, how: Redraw
+) -> None:
+    if size is not None:
+        rows, cols = size
+        if how == "winch":
+            # A real size change is what makes a full-screen program repaint,
+            # even when the size ends up where it was.
+            await client.resize(child.id, rows, max(1, cols - 1) if cols > 1 else cols + 1)
+        await client.resize(child.id, rows, cols)
+    if how == "ctrl_l":
+        _proxy.write_all(master, b"\x0c")
+
+
+async def run_attached(
+    client: Client,
+    child: ChildInfo,
+    master: int,
+    *,
+    replay: bytes,
+    detach_key: bytes | None,
+    redraw: Redraw,
+    say: Callable[[str], None],
+) -> int:
+    """Attach this terminal to ``child`` whose ``master`` we hold (and own).
+    Returns the exit status for the command."""
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    if not os.isatty(stdin):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    name = child.name
+    ctl_r, ctl_w = os.pipe()
+    outcome = _Outcome()
+    try:
+        with _proxy.raw_terminal(stdin):
+            if replay:
+                _proxy.write_all(stdout, replay)
+            await _redraw(client, child, master, terminal_size(stdin), redraw)
+
+            async def watch() -> None:
+                with trio.open_signal_receiver(
+                    signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM
+                ) as sigs:
+                    async for signum in sigs:
+                        if signum == signal.SIGWINCH:
+                            size = terminal_size(stdin)
+                            if size is not None:
+                                with contextlib.suppress(MultiserverError):
+                                    await client.resize(child.id, *size)
+                            continue
+                        outcome.signal = signum
+                        os.write(ctl_w, b"x")
+                        return
+
+            async def notices() -> None:
+                async for notice in client.notices:
+                    if notice.id != child.id:
+                        continue
+                    if isinstance(notice, ChildTaken):
+                        outcome.taken = True
+                        outcome.settled.set()
+                        os.write(ctl_w, b"x")
+                        return
+                    if isinstance(notice, ChildExited):
+                        outcome.exit_code = notice.exit_code
+                        outcome.settled.set()
+                        # The PTY may stay open (a grandchild holds it): stop.
+                        os.write(ctl_w, b"x")
+                        return
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                nursery.start_soon(notices)
+                reason = await trio.to_thread.run_sync(
+                    _proxy.proxy, master, stdin, stdout, ctl_r, detach_key, abandon_on_cancel=False
+                )
+                if reason == _proxy.EOF:
+                    with trio.move_on_after(EXIT_NOTICE_WAIT):
+                        await outcome.settled.wait()
+                nursery.cancel_scope.cancel()
+            if outcome.exit_code is not None:
+                _drain_rest(master, stdout)
+    finally:
+        os.close(ctl_r)
+        os.close(ctl_w)
+        os.close(master)
+
+    if outcome.taken:
+        say(f"[{name} attached elsewhere]")
+        return 0
+    if outcome.exit_code is not None:
+        code = outcome.exit_code
+        with contextlib.suppress(MultiserverError):
+            await client.collect(child.id)
+        say(f"[{name} exited with code {code}]")
+        return exit_status(code)
+    await client.release([child.id])
+    if outcome.signal is not None:
+        return 128 + outcome.signal
+    if reason == _proxy.TERMINAL_GONE:
+        return 1
+    say(f"[detached from {name}]")
+    return 0
+
+
+def _drain_rest(master: int, stdout: int) -> None:
+    """Output the program wrote before it exited and we have not shown."""
+    os.set_blocking(master, False)
+    while True:
+        try:
+            data = os.read(master, _proxy.READ_SIZE)
+        except OSError:
+            return
+        if not data:
+            return
+        _proxy.write_all(stdout, data)
+
+
+async def attach_exited(
+    client: Client, child: ChildInfo, replay: bytes, say: Callable[[str], None]
+) -> int:
+    """The session had already exited: show what it wrote, collect it."""
+    if replay:
+        _proxy.write_all(sys.stdout.fileno(), replay)
+    code = child.exit_code if child.exit_code is not None else 0
+    with contextlib.suppress(MultiserverError):
+        await client.collect(child.id)
+    say(f"[{child.name} exited with code {code}]")
+    return exit_status(code)

@@ -1,0 +1,295 @@
+"""The subcommands. Each is ``async def cmd_X(args) -> exit status``; errors
+are raised as CliError (or the library's MultiserverError) and turned into one
+line by ``main``. Every wait on a daemon is bounded, except being attached."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import signal
+import sys
+import time
+from argparse import Namespace
+from collections.abc import AsyncIterator
+
+import trio
+
+from multiserver import (
+    ChildExited,
+    ChildInfo,
+    Client,
+    DaemonNotRunning,
+    DaemonPaths,
+    RequestFailed,
+    dial,
+    open_client,
+)
+from multiserver_cli import _attach
+from multiserver_cli._format import ls_table
+from multiserver_cli._sessions import REQUEST_TIMEOUT, CliError, check_name, find_session, scan
+
+# After the signal `kill` sends, how long before SIGKILL.
+KILL_WAIT = 3.0
+
+
+def say(line: str) -> None:
+    """A status line for the person at the terminal."""
+    os.write(
+        sys.stdout.fileno(), f"\r\n{line}\r\n".encode() if os.isatty(1) else f"{line}\n".encode()
+    )
+
+
+def user_shell() -> list[str]:
+    shell = os.environ.get("SHELL")
+    if not shell:
+        try:
+            shell = pwd.getpwuid(os.getuid()).pw_shell
+        except KeyError:
+            shell = ""
+    return [shell or "/bin/sh"]
+
+
+@contextlib.asynccontextmanager
+async def bounded(what: str) -> AsyncIterator[None]:
+    """Fail with one line if the daemon takes longer than REQUEST_TIMEOUT."""
+    try:
+        with trio.fail_after(REQUEST_TIMEOUT):
+            yield
+    except trio.TooSlowError:
+        raise CliError(f"{what}: the daemon did not answer within {REQUEST_TIMEOUT:g} s") from None
+
+
+def _paths(args: Namespace) -> DaemonPaths:
+    return DaemonPaths.for_number(args.daemon)
+
+
+# --- daemon, stop --------------------------------------------------------------
+
+
+async def cmd_daemon(args: Namespace) -> int:
+    paths = _paths(args)
+    async with bounded("daemon"), open_client(paths, start=True) as client:
+        print(client.socket_path)
+    return 0
+
+
+async def cmd_stop(args: Namespace) -> int:
+    paths = _paths(args)
+    try:
+        async with bounded("stop"), open_client(paths.socket) as client:
+            try:
+                await client.shutdown(force=args.force)
+            except RequestFailed as exc:
+                raise CliError(exc.message) from None
+    except DaemonNotRunning:
+        print(f"no daemon running at {paths.socket}", file=sys.stderr)
+        return 0
+    print(f"stopped the daemon at {paths.socket}", file=sys.stderr)
+    return 0
+
+
+# --- new, attach ------------------------------------------------------------------
+
+
+async def cmd_new(args: Namespace) -> int:
+    name = check_name(args.name) if args.name else ""
+    if args.attach_existing:
+        if not name:
+            raise CliError("-A needs a session name (-n NAME)", 2)
+        try:
+            await find_session(name, args.daemon if args.daemon_given else None)
+        except CliError:
+            pass
+        else:
+            return await cmd_attach(args)
+    argv = args.command or user_shell()
+    cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    size = _attach.terminal_size(0) or (24, 80)
+    paths = _paths(args)
+    async with open_client_bounded(paths, start=True) as client:
+        try:
+            async with bounded("new"):
+                launched = await client.launch(
+                    argv,
+                    env=dict(os.environ),
+                    cwd=cwd,
+                    rows=size[0],
+                    cols=size[1],
+                    name=name,
+                    linger=args.linger,
+                    hold=not args.detach,
+                )
+        except RequestFailed as exc:
+            raise CliError(exc.message) from None
+        if args.detach:
+            print(launched.child.name)
+            return 0
+        assert launched.master is not None
+        return await _attach.run_attached(
+            client,
+            launched.child,
+            launched.master,
+            replay=b"",
+            detach_key=args.detach_key,
+            redraw=args.redraw,
+            say=say,
+        )
+
+
+@contextlib.asynccontextmanager
+async def open_client_bounded(paths: DaemonPaths, *, start: bool) -> AsyncIterator[Client]:
+    """open_client whose connect (and start) is bounded; the session after
+    that is not."""
+    async with bounded("connect"):
+        client = await dial(paths, start=start)
+    async with client:
+        yield client
+
+
+async def cmd_attach(args: Namespace) -> int:
+    name = check_name(args.name)
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    found = await find_session(name, args.daemon if args.daemon_given else None)
+    async with open_client_bounded(DaemonPaths.for_socket(found.socket), start=False) as client:
+        async with bounded("attach"):
+            (result,) = await client.claim([found.child.id], steal=True)
+        if result.error is not None:
+            raise CliError(f"cannot attach to {name}: {result.error.message}")
+        assert result.child is not None
+        replay = result.output
+        if result.dropped:
+            replay = (
+                f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
+                + replay
+            )
+        if result.master is None:
+            return await _attach.attach_exited(client, result.child, replay, say)
+        return await _attach.run_attached(
+            client,
+            result.child,
+            result.master,
+            replay=replay,
+            detach_key=args.detach_key,
+            redraw=args.redraw,
+            say=say,
+        )
+
+
+# --- ls, peek, kill ------------------------------------------------------------------
+
+
+def child_json(child: ChildInfo, socket: str, instance_id: str) -> dict[str, object]:
+    return {
+        "name": child.name,
+        "id": child.id,
+        "pid": child.pid,
+        "state": child.state,
+        "exit_code": child.exit_code,
+        "argv": child.argv,
+        "cwd": child.cwd,
+        "tty": child.tty,
+        "held": child.held,
+        "buffered_bytes": child.buffered_bytes,
+        "dropped_bytes": child.dropped_bytes,
+        "started_at": child.started_at,
+        "exited_at": child.exited_at,
+        "linger": child.linger,
+        "socket": socket,
+        "daemon_instance": instance_id,
+    }
+
+
+async def cmd_ls(args: Namespace) -> int:
+    result = await scan(args.daemon if args.daemon_given else None)
+    for problem in result.problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
+    rows = [(d.socket, d.instance_id, c) for d in result.daemons for c in d.children]
+    if args.json:
+        json.dump([child_json(c, str(s), i) for s, i, c in rows], sys.stdout, indent=2)
+        print()
+    elif rows:
+        print(ls_table([c for _, _, c in rows], time.time()))
+    else:
+        print("no sessions", file=sys.stderr)
+    return 0
+
+
+async def cmd_peek(args: Namespace) -> int:
+    if args.bytes is not None and args.bytes < 0:
+        raise CliError("--bytes must be >= 0", 2)
+    found = await find_session(args.name, args.daemon if args.daemon_given else None)
+    async with bounded("peek"), open_client(found.socket) as client:
+        result = await client.peek(found.child.id, args.bytes)
+    sys.stdout.buffer.write(result.output)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def parse_signal(spec: str) -> int:
+    s = spec.upper()
+    if s.isdigit():
+        num = int(s)
+    else:
+        s = s if s.startswith("SIG") else "SIG" + s
+        try:
+            num = int(signal.Signals[s])
+        except KeyError:
+            raise CliError(f"unknown signal {spec!r}", 2) from None
+    if num not in signal.valid_signals() or num == 0:
+        raise CliError(f"unknown signal {spec!r}", 2)
+    return num
+
+
+async def cmd_kill(args: Namespace) -> int:
+    signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
+    found = await find_session(args.name, args.daemon if args.daemon_given else None)
+    child = found.child
+    async with bounded("kill"), open_client(found.socket) as client:
+        code = child.exit_code
+        if child.state == "running":
+            code = await _end(client, child.id, signum, escalate=args.signal is None)
+        if code is None:
+            print(
+                f"sent {signal.Signals(signum).name} to {child.name}; it is still running",
+                file=sys.stderr,
+            )
+            return 0
+        with contextlib.suppress(RequestFailed):
+            await client.collect(child.id)
+    print(f"{child.name}: ended (exit code {code})", file=sys.stderr)
+    return 0
+
+
+async def _end(client: Client, child_id: int, signum: int, *, escalate: bool) -> int | None:
+    """Signal the child and wait for its exit notice; SIGKILL after KILL_WAIT
+    if ``escalate``. Returns its exit code, or None if it still runs."""
+    exited: list[int] = []
+    done = trio.Event()
+
+    async def wait_exit() -> None:
+        async for notice in client.notices:
+            if isinstance(notice, ChildExited) and notice.id == child_id:
+                exited.append(notice.exit_code)
+                done.set()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_exit)
+        with contextlib.suppress(RequestFailed):
+            await client.signal(child_id, signum)
+        with trio.move_on_after(KILL_WAIT):
+            await done.wait()
+        if not exited and escalate:
+            with contextlib.suppress(RequestFailed):
+                await client.signal(child_id, signal.SIGKILL)
+            with trio.move_on_after(KILL_WAIT):
+                await done.wait()
+        nursery.cancel_scope.cancel()
+    if exited:
+        return exited[0]
+    children = {c.id: c for c in await client.list()}
+    c = children.get(child_id)
+    return c.exit_code if c is not None else None

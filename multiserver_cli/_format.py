@@ -1,0 +1,61 @@
+"""Tables for people."""
+
+from __future__ import annotations
+
+import shlex
+
+from multiserver import ChildInfo
+
+
+def human_age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n}B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f}K"
+    return f"{n / (1024 * 1024):.1f}M"
+
+
+def _truncate(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def ls_table(children: list[ChildInfo], now: float) -> str:
+    rows = []
+    for c in children:
+        state = "running" if c.state == "running" else f"exited {c.exit_code}"
+        waiting = human_bytes(c.buffered_bytes)
+        if c.dropped_bytes:
+            waiting += f" (+{human_bytes(c.dropped_bytes)} dropped)"
+        rows.append(
+            [
+                c.name,
+                state,
+                "held" if c.held else "-",
+                _truncate(shlex.join(c.argv), 40),
+                _truncate(c.cwd, 40),
+                human_age(now - c.started_at),
+                waiting,
+            ]
+        )
+    return table(["NAME", "STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING"], rows)

@@ -1,0 +1,226 @@
+"""The ``multiserver`` command: argument parsing and the one place where
+errors become one line on stderr and an exit status.
+
+This package is the top of the import graph: it may use ``multiserver``,
+``restore`` and ``adopter``; none of them imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from multiserver import MultiserverError
+from multiserver._paths import LockBusy, default_daemon_number
+from multiserver_cli import _commands
+from multiserver_cli._proxy import parse_key
+from multiserver_cli._sessions import CliError
+
+DEFAULT_DETACH = "^\\"
+
+
+def _detach_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "-e",
+        dest="detach_spec",
+        metavar="KEY",
+        default=DEFAULT_DETACH,
+        help="detach key, e.g. ^A (default ^\\)",
+    )
+    g.add_argument("-E", dest="no_detach", action="store_true", help="no detach key")
+    p.add_argument(
+        "-r",
+        dest="redraw",
+        choices=["none", "winch", "ctrl_l"],
+        default="winch",
+        help="how to make the program redraw on attach (default: winch, a size jiggle)",
+    )
+
+
+def _sub(
+    subs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, example: str
+) -> argparse.ArgumentParser:
+    return subs.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="multiserver",
+        description="Terminal sessions that outlive their terminal. With no command: attach to the session 'main', creating it if needed.",
+        epilog="examples:\n  multiserver                 # the session 'main'\n  multiserver new -d -n build -- make\n  multiserver ls\n  multiserver attach build",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--daemon", type=int, metavar="N", help="use daemon N (default: $MULTISERVER_DAEMON or 1)"
+    )
+    subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    p = _sub(
+        subs,
+        "daemon",
+        "make sure the daemon runs and print its socket path",
+        "multiserver daemon --foreground",
+    )
+    p.add_argument(
+        "--foreground",
+        action="store_true",
+        help="run the daemon in this process (for service managers)",
+    )
+
+    p = _sub(
+        subs,
+        "new",
+        "start a session and attach to it (-d: leave it detached)",
+        "multiserver new -n build -d -- make -j4",
+    )
+    p.add_argument("-n", "--name", help="session name (default: a number)")
+    p.add_argument(
+        "-d", "--detach", action="store_true", help="do not attach; print the session's name"
+    )
+    p.add_argument(
+        "-A",
+        dest="attach_existing",
+        action="store_true",
+        help="attach if a session NAME exists, else create it",
+    )
+    p.add_argument("--cwd", help="working directory (default: this one)")
+    p.add_argument(
+        "--linger",
+        type=float,
+        metavar="SECONDS",
+        help="end the session after it has been detached this long",
+    )
+    p.add_argument(
+        "--window", default="main", help="window of the saved arrangement (default: main)"
+    )
+    _detach_options(p)
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARG...",
+        help="command (default: your shell)",
+    )
+
+    p = _sub(subs, "attach", "attach this terminal to a session", "multiserver attach -e ^A build")
+    _detach_options(p)
+    p.add_argument("name", metavar="NAME")
+
+    p = _sub(subs, "ls", "list sessions", "multiserver ls --json")
+    p.add_argument("--json", action="store_true", help="one JSON object per session, for scripts")
+
+    p = _sub(
+        subs,
+        "peek",
+        "print a session's waiting output without attaching",
+        "multiserver peek --bytes 4096 build",
+    )
+    p.add_argument("--bytes", type=int, metavar="N", help="only the last N bytes")
+    p.add_argument("name", metavar="NAME")
+
+    p = _sub(
+        subs,
+        "kill",
+        "end a session (SIGHUP, then SIGKILL) and forget it",
+        "multiserver kill -s INT build",
+    )
+    p.add_argument(
+        "-s", "--signal", metavar="SIGNAL", help="send this signal only (e.g. INT, TERM, 9)"
+    )
+    p.add_argument("name", metavar="NAME")
+
+    p = _sub(
+        subs, "stop", "stop the daemon (refused while sessions run)", "multiserver stop --force"
+    )
+    p.add_argument("--force", action="store_true", help="end every session first")
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "daemon": _commands.cmd_daemon,
+    "new": _commands.cmd_new,
+    "attach": _commands.cmd_attach,
+    "ls": _commands.cmd_ls,
+    "peek": _commands.cmd_peek,
+    "kill": _commands.cmd_kill,
+    "stop": _commands.cmd_stop,
+}
+
+
+def _normalize(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    args.daemon_given = args.daemon is not None
+    try:
+        if args.daemon is None:
+            args.daemon = default_daemon_number()
+        if not 1 <= args.daemon <= 999_999:
+            raise ValueError(f"daemon number must be 1..999999, got {args.daemon}")
+    except ValueError as exc:
+        parser.error(str(exc))
+    if hasattr(args, "detach_spec"):
+        try:
+            args.detach_key = None if args.no_detach else parse_key(args.detach_spec)
+        except ValueError as exc:
+            parser.error(str(exc))
+    if getattr(args, "command", None) and args.command[0] == "--":
+        args.command = args.command[1:]
+    if getattr(args, "linger", None) is not None and args.linger < 0:
+        parser.error("--linger must be >= 0")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    global_only = all(a.startswith("--daemon") or a.isdigit() for a in argv)
+    if global_only:  # bare `multiserver`: new -A -n main
+        argv = [*argv, "new", "-A", "-n", "main"]
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help()
+        sys.exit(2)
+    _normalize(args, parser)
+    try:
+        if args.cmd == "daemon" and args.foreground:
+            status = _foreground(args)
+        else:
+            status = trio.run(COMMANDS[args.cmd], args)
+    except CliError as exc:
+        print(f"multiserver: {exc}", file=sys.stderr)
+        sys.exit(exc.status)
+    except MultiserverError as exc:
+        print(f"multiserver: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(status)
+
+
+def _foreground(args: argparse.Namespace) -> int:
+    from multiserver._daemon_main import config_from_env, run_foreground
+    from multiserver._paths import DaemonPaths
+
+    paths = DaemonPaths.for_number(args.daemon)
+    try:
+        config = config_from_env()
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    import logging
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s multiserver[%(process)d] %(levelname)s %(message)s",
+    )
+    try:
+        run_foreground(paths, config, on_ready=lambda: print(paths.socket, flush=True))
+    except LockBusy:
+        raise CliError(f"a daemon already runs on {paths.socket}") from None
+    return 0
