@@ -30,7 +30,7 @@ from multiserver import _platform
 from multiserver._buffer import OutputBuffer
 from multiserver._messages import ChildInfo, ChildTaken, Message
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 DEFAULT_TERM = "xterm-256color"
 OWN_ENV_PREFIX = "MULTISERVER_"
 # After SIGHUP, how long a lingering or force-stopped child gets before SIGKILL.
@@ -325,7 +325,9 @@ class ChildTable:
         if child.linger is not None and child.running and child._linger_scope is None:
             self._nursery.start_soon(self._linger, child)
 
-    async def take(self, child: Child, holder: Holder, *, steal: bool) -> tuple[bytes, int]:
+    async def take(
+        self, child: Child, holder: Holder, *, steal: bool, keep_output: bool = False
+    ) -> tuple[bytes, int]:
         """Make ``holder`` the child's holder; returns (buffered output,
         dropped count). Raises LaunchError(EBUSY) if held by another and not
         ``steal``. The caller sends the fd (if the child runs).
@@ -344,7 +346,7 @@ class ChildTable:
         await child.stop_drain()
         if not child.running:
             child.read_available()
-        return child.buffer.take()
+        return child.buffer.peek() if keep_output else child.buffer.take()
 
     async def _linger(self, child: Child) -> None:
         assert child.linger is not None

@@ -30,6 +30,7 @@ from multiserver._errors import (
     ChildFailed,
     ConnectionClosed,
     DaemonNotRunning,
+    MultiserverError,
     PeerProtocolError,
     RequestFailed,
     VersionRefused,
@@ -175,10 +176,16 @@ class Client:
             waiter.send.close()
         self._notice_send.close()
 
+    def _broken_error(self) -> MultiserverError:
+        """The error that broke the connection, as its own type."""
+        if isinstance(self._broken, PeerProtocolError):
+            return PeerProtocolError(str(self._broken))
+        return ConnectionClosed(str(self._broken or "connection closed"))
+
     @contextlib.contextmanager
     def _request(self) -> Iterator[tuple[int, _Waiter]]:
         if self._broken is not None:
-            raise ConnectionClosed(str(self._broken))
+            raise self._broken_error()
         req = next(self._reqs)
         waiter = _Waiter()
         self._waiters[req] = waiter
@@ -205,7 +212,7 @@ class Client:
         try:
             event = await waiter.receive.receive()
         except trio.EndOfChannel:
-            raise ConnectionClosed(str(self._broken or "connection closed")) from None
+            raise self._broken_error() from None
         if isinstance(event.message, Error):
             close_fds(event.fds)
             raise RequestFailed(event.message.errno, event.message.message)
@@ -254,18 +261,22 @@ class Client:
         assert isinstance(event.message, Launched)
         return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
 
-    async def claim(self, ids: Sequence[int], *, steal: bool = False) -> list[ClaimResult]:
+    async def claim(
+        self, ids: Sequence[int], *, steal: bool = False, keep_output: bool = False
+    ) -> list[ClaimResult]:
         """Claim several children in one request; one result per id, in order.
 
         A child held by another client is refused (EBUSY) unless ``steal``,
-        which takes it over and tells the other client.
+        which takes it over and tells the other client. ``keep_output``: the
+        daemon hands over a copy of the buffered output and keeps it (for a
+        claimer that releases without reading the fds).
 
         Cancellation: some children may be claimed (held by this connection
         until released or closed); their fds are closed.
         """
         results: list[ClaimResult] = []
         with self._request() as (req, waiter):
-            await self._send(Claim(req=req, ids=list(ids), steal=steal))
+            await self._send(Claim(req=req, ids=list(ids), steal=steal, keep_output=keep_output))
             for child_id in ids:
                 event = await self._next(waiter)
                 msg = event.message
@@ -353,6 +364,14 @@ class Client:
         self._break(ConnectionClosed("connection closed"))
         self._framed.close()
 
+    def start(self, nursery: trio.Nursery) -> None:
+        """Start reading replies and notices in ``nursery`` (for a client that
+        must outlive the task that dialled it). ``close()`` stops the reader."""
+        if self._nursery is not None:
+            raise RuntimeError("client already started")
+        self._nursery = nursery
+        nursery.start_soon(self._reader)
+
     async def __aenter__(self) -> Client:
         """Start reading replies and notices (in a nursery of our own)."""
         if self._nursery_cm is not None:
@@ -391,13 +410,18 @@ async def handshake(framed: FramedSocket) -> Welcome:
 
     Cancellation: the connection is in an unknown state; close it.
     """
-    await framed.send(
-        Hello(
-            min_version=MIN_PROTOCOL_VERSION,
-            max_version=PROTOCOL_VERSION,
-            client="multiserver-client",
+    try:
+        await framed.send(
+            Hello(
+                min_version=MIN_PROTOCOL_VERSION,
+                max_version=PROTOCOL_VERSION,
+                client="multiserver-client",
+            )
         )
-    )
+    except ConnectionClosed:
+        # A daemon that refuses us before reading (another uid) has sent its
+        # Error and closed: our send breaks, but its answer is there to read.
+        pass
     event = await framed.receive()
     close_fds(event.fds)
     msg = event.message
@@ -406,6 +430,11 @@ async def handshake(framed: FramedSocket) -> Welcome:
     if isinstance(msg, Error):
         raise RequestFailed(msg.errno, msg.message)
     assert isinstance(msg, Welcome)
+    if not MIN_PROTOCOL_VERSION <= msg.version <= PROTOCOL_VERSION:
+        raise VersionRefused(
+            f"daemon picked protocol version {msg.version}; this client speaks "
+            f"{MIN_PROTOCOL_VERSION}..{PROTOCOL_VERSION}"
+        )
     return msg
 
 
@@ -438,8 +467,10 @@ async def dial(
             welcome = await handshake(framed)
         except ConnectionClosed:
             framed.close()
+            if not start:
+                raise
             # A daemon that was exiting when we connected; start another.
-            if not start or attempts >= 5:
+            if attempts >= 5:
                 raise DaemonNotRunning(f"daemon at {socket_path} closed the connection") from None
             continue
         except BaseException:

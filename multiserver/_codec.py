@@ -23,7 +23,9 @@ Rules, all enforced here:
 - The first frame a daemon receives is ``Hello``; the first a client receives
   is ``Welcome``, ``Refused`` or ``Error``. Those handshake frames are read
   whatever their header version; once a version is negotiated every frame must
-  carry it.
+  carry it, and ``Hello``, ``Welcome`` and ``Refused`` may not come again.
+- A body is a UTF-8 JSON object (RFC 8259: no NaN or Infinity, no lone
+  surrogates in strings) whose fields match the message exactly.
 - Each side accepts only the messages the other side may send, and only the
   message types that may carry fds carry them (at most ``MAX_FDS`` each, never
   more than 253).
@@ -113,6 +115,13 @@ def _strict(kind: type, name: str) -> Any:
             return float(value)
         if not isinstance(value, kind):
             raise TypeError(f"expected {name}, got {type(value).__name__}")
+        if isinstance(value, str) and not value.isascii():
+            # A lone surrogate ("\ud800" in JSON) has no UTF-8 form: echoing it
+            # back would fail in send(), far from the peer that sent it.
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise ValueError("string is not valid Unicode (lone surrogate)") from None
         return value
 
     return check
@@ -164,6 +173,8 @@ _converter = _make_converter()
 
 def _describe(exc: BaseException) -> str:
     """One line out of a cattrs error tree."""
+    if isinstance(exc, KeyError):  # cattrs reports a missing field as KeyError
+        return f"missing field {exc.args[0]!r}" if exc.args else "missing field"
     if isinstance(exc, BaseExceptionGroup):
         notes = getattr(exc, "__notes__", None) or []
         for sub in exc.exceptions:
@@ -185,10 +196,15 @@ def encode_body(msg: Message) -> tuple[bytes, bytes]:
     return body, blob
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode_body(cls: type[Message], body: bytes, blob: bytes) -> Message:
     """(JSON body, blob) -> message; raises ProtocolError with one line."""
     try:
-        data = json.loads(body)
+        # Decode first: json.loads(bytes) would also accept UTF-16/32 and a BOM.
+        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"{cls.__name__}: body is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
@@ -325,7 +341,7 @@ class Codec:
         except ProtocolError as exc:
             raise self._fail(str(exc), fds) from None
         self._after_handshake(msg)
-        self._check_orphan_fds(self._offset)
+        self._check_orphan_fds(self._offset, fds)
         return Event(msg, tuple(fds))
 
     def send(self, msg: Message, nfds: int = 0) -> bytes:
@@ -363,6 +379,8 @@ class Codec:
             return
         if cls is Hello:
             raise self._fail("Hello sent twice")
+        if cls is Welcome or cls is Refused:
+            raise self._fail(f"{cls.__name__} after the handshake")
         if version != self._version:
             raise self._fail(f"frame has protocol version {version}, negotiated {self._version}")
 
@@ -385,9 +403,10 @@ class Codec:
             self._batches.popleft()
         return taken
 
-    def _check_orphan_fds(self, upto: int) -> None:
+    def _check_orphan_fds(self, upto: int, taken: Sequence[int] = ()) -> None:
         """fds read with bytes before ``upto`` that no frame started there:
-        nobody will ever claim them."""
+        nobody will ever claim them. ``taken``: fds of the frame just parsed,
+        closed too on error since its event is never returned."""
         for batch in self._batches:
             if batch.fds and batch.end <= upto:
-                raise self._fail(f"{len(batch.fds)} fds arrived that no frame announced")
+                raise self._fail(f"{len(batch.fds)} fds arrived that no frame announced", taken)

@@ -110,6 +110,9 @@ class Claim:
     req: int
     ids: list[int]
     steal: bool = False  # take over children held by another client
+    # Hand over a copy of the buffered output and keep it in the daemon: for a
+    # claimer that will release without reading (e.g. `multiserver restore`).
+    keep_output: bool = False
 
 
 @attrs.frozen

@@ -70,6 +70,13 @@ class DaemonConfig:
     outbox_high_water: int = 8 * 1024 * 1024
 
 
+@attrs.frozen
+class _Outgoing:
+    frame: bytes
+    fds: list[int]  # dups owned by the outbox, closed once sent
+    notice: bool
+
+
 class ClientConnection:
     """The daemon's side of one client. Owns its socket and its outbox."""
 
@@ -81,8 +88,8 @@ class ClientConnection:
         self._framed = FramedSocket(sock, Codec("daemon"))
         self.held: set[int] = set()
         self.ready = False  # hello done: receives notices
-        # Frames waiting for the writer: (frame bytes, fds owned by the outbox).
-        self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
+        # Frames waiting for the writer (the head one may be part-sent).
+        self._outbox: collections.deque[_Outgoing] = collections.deque()
         self._outbox_bytes = 0
         self._notices = 0
         self._wake_writer = trio.Event()
@@ -92,11 +99,13 @@ class ClientConnection:
 
     # --- sending --------------------------------------------------------------
 
-    def _enqueue(self, msg: Message, fds: Sequence[int] = ()) -> None:
+    def _enqueue(self, msg: Message, fds: Sequence[int] = (), *, notice: bool = False) -> None:
         frame = self._framed.codec.send(msg, len(fds))
         owned = [os.dup(fd) for fd in fds]  # the child may be collected meanwhile
-        self._outbox.append((frame, owned))
+        self._outbox.append(_Outgoing(frame, owned, notice))
         self._outbox_bytes += len(frame)
+        if notice:
+            self._notices += 1
         self._wake_writer.set()
 
     async def send(self, msg: Message, fds: Sequence[int] = ()) -> None:
@@ -116,37 +125,44 @@ class ClientConnection:
         pile up past the bound is disconnected."""
         if not self.ready or self._closed.is_set():
             return
-        self._notices += 1
-        if self._notices > self._daemon.config.max_queued_notices:
+        if self._notices >= self._daemon.config.max_queued_notices:
             log.warning("client %d: too many queued notices, disconnecting", self.id)
             self.disconnect()
             return
-        self._enqueue(msg)
+        self._enqueue(msg, notice=True)
 
     async def _writer(self) -> None:
+        """Send the outbox in order. A frame stays at the head of the outbox
+        until it is fully sent, so ``flush`` waits for it too. A peer that
+        goes away or makes no progress for ``stall_timeout`` is disconnected."""
         sock = self._framed.sock
         stall = self._daemon.config.stall_timeout
         while True:
             while not self._outbox:
                 self._wake_writer = trio.Event()
                 await self._wake_writer.wait()
-            frame, fds = self._outbox.popleft()
+            out = self._outbox[0]
             try:
                 with trio.move_on_after(stall) as scope:
-                    await send_frame(sock, frame, fds)
+                    await send_frame(sock, out.frame, out.fds)
+            except ConnectionClosed as exc:
+                log.info("client %d: %s", self.id, exc)
+                self.disconnect()
+                return
             finally:
-                close_fds(fds)
-                self._outbox_bytes -= len(frame)
+                close_fds(out.fds)
+                self._outbox.popleft()
+                self._outbox_bytes -= len(out.frame)
+                if out.notice:
+                    self._notices -= 1
                 self._space.set()
             if scope.cancelled_caught:
                 log.warning("client %d: not reading for %.0f s, disconnecting", self.id, stall)
                 self.disconnect()
                 return
-            if self._notices:
-                self._notices = max(0, self._notices - 1)
 
     async def flush(self) -> None:
-        """Wait until the outbox is empty (or the client is gone)."""
+        """Wait until every queued frame is sent (or the client is gone)."""
         while self._outbox and not self._closed.is_set():
             self._space = trio.Event()
             await self._space.wait()
@@ -168,7 +184,7 @@ class ClientConnection:
             self._closed.set()
             self._space.set()
             while self._outbox:
-                close_fds(self._outbox.popleft()[1])
+                close_fds(self._outbox.popleft().fds)
             with trio.CancelScope(shield=True):
                 await self._daemon.client_gone(self)
             self._framed.close()
@@ -396,7 +412,9 @@ class Daemon:
                 continue
             previous = child.holder
             try:
-                output, dropped = await self.children.take(child, conn, steal=msg.steal)
+                output, dropped = await self.children.take(
+                    child, conn, steal=msg.steal, keep_output=msg.keep_output
+                )
             except LaunchError as exc:
                 await conn.send(
                     ChildError(req=msg.req, id=child_id, errno=exc.errno, message=exc.message)

@@ -1,0 +1,417 @@
+"""Fixtures and probes shared by the whole suite.
+
+- ``ms_dirs``: a private runtime dir and state dir for one test (never the
+  user's real ones), set through MULTISERVER_RUNTIME_DIR / MULTISERVER_STATE_DIR.
+- ``start_daemon`` / ``daemon``: real detached daemons started the way a client
+  starts them (``open_client(start=True)``), stopped by pid at teardown: first
+  every child they hold (SIGKILL to its process group), then the daemon
+  (SIGTERM, then SIGKILL).
+- /proc probes: a process's fds, its children, its zombies.
+- ``wait_until``: poll a condition the daemon cannot signal, quickly and with a
+  bound, and fail with a message. Tests never sleep to wait for readiness.
+
+Nothing here kills by name: every process is found by pid, either from the
+daemon's own answers or from /proc entries whose parent is the daemon, or (as a
+last resort) whose command line names this test's own socket path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+from multiserver import ChildExited, Client, DaemonPaths, open_client
+
+# Bounds, not delays: each is how long a condition may take before the test
+# fails. Generous, because the suite runs on 2 busy cores.
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 5.0
+POLL_INTERVAL = 0.005
+
+
+# --- waiting on conditions ------------------------------------------------------
+
+
+async def wait_until(
+    predicate: Callable[[], object], timeout: float = 5.0, message: str | None = None
+) -> None:
+    """Poll ``predicate`` every few ms until it is true; fail after ``timeout`` s."""
+    deadline = trio.current_time() + timeout
+    while not predicate():
+        if trio.current_time() >= deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {message or predicate}")
+        await trio.sleep(POLL_INTERVAL)
+
+
+def wait_until_sync(predicate: Callable[[], object], timeout: float) -> bool:
+    """``wait_until`` outside trio (sync teardown); returns whether it held."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_INTERVAL)
+    return True
+
+
+# --- /proc probes -----------------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data.rsplit(")", 1)[1].split()
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (R, S, Z, ...), or None if it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+def is_dead(pid: int) -> bool:
+    return not is_alive(pid)
+
+
+def parent_pid(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def child_pids(pid: int) -> list[int]:
+    """Every process whose parent is ``pid`` (zombies included)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and parent_pid(int(name)) == pid:
+            found.append(int(name))
+    return sorted(found)
+
+
+def zombies(pid: int) -> list[int]:
+    """Children of ``pid`` that exited and were not reaped."""
+    return [c for c in child_pids(pid) if proc_state(c) == "Z"]
+
+
+def fd_links(pid: int) -> dict[int, str]:
+    """fd number -> what /proc/PID/fd says it points to."""
+    links = {}
+    base = f"/proc/{pid}/fd"
+    for name in os.listdir(base):
+        try:
+            links[int(name)] = os.readlink(f"{base}/{name}")
+        except FileNotFoundError:  # closed while we looked
+            pass
+    return links
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def wait_fds_back(pid: int, before: dict[int, str], timeout: float = 5.0) -> None:
+    """Wait until ``pid`` holds exactly as many fds as ``before`` (from
+    ``fd_links``); fail with the difference."""
+    with trio.move_on_after(timeout):
+        while fd_count(pid) != len(before):
+            await trio.sleep(POLL_INTERVAL)
+    now = fd_links(pid)
+    if len(now) != len(before):
+        extra = {fd: link for fd, link in now.items() if before.get(fd) != link}
+        gone = {fd: link for fd, link in before.items() if now.get(fd) != link}
+        pytest.fail(f"pid {pid} holds {len(now)} fds, had {len(before)}: new {extra}, gone {gone}")
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    """/proc/PID/status as a dict."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            out[key] = value.strip()
+    return out
+
+
+def daemon_pids_for(socket_path: Path) -> list[int]:
+    """Live daemons started for ``socket_path`` (found by their command line,
+    which names the socket; the path is unique to one test)."""
+    want = os.fsencode(str(socket_path))
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        names_socket = any(a == b"--socket" and b == want for a, b in itertools.pairwise(args))
+        if names_socket and is_alive(int(name)):
+            found.append(int(name))
+    return sorted(found)
+
+
+def unix_socket_inodes(path: Path) -> set[int]:
+    """Inodes of the Unix sockets bound to ``path``: the listener and every
+    connection it accepted (/proc/net/unix names them by the bound path)."""
+    want = str(path)
+    found = set()
+    with open("/proc/net/unix") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7] == want:
+                found.add(int(fields[6]))
+    return found
+
+
+def socket_inodes(pid: int) -> list[int]:
+    """Inodes of every socket fd of ``pid``."""
+    return [
+        int(link[len("socket:[") : -1])
+        for link in fd_links(pid).values()
+        if link.startswith("socket:[")
+    ]
+
+
+def connected_clients(pid: int, path: Path) -> int:
+    """How many client connections the daemon ``pid`` listening on ``path``
+    still has open (its sockets bound to ``path``, less the listener)."""
+    bound = unix_socket_inodes(path)
+    return sum(1 for inode in socket_inodes(pid) if inode in bound) - 1
+
+
+# --- stopping processes by pid ----------------------------------------------------
+
+
+def kill_group_and_pid(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group led by ``pid`` (children are session leaders)
+    and ``pid`` itself; a process that is gone is fine."""
+    for send in (os.killpg, os.kill):
+        try:
+            send(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_children_of(daemon_pid: int, known: Sequence[int] = ()) -> None:
+    """SIGKILL every child of the daemon: the ones it told us about (checked
+    against /proc so a reused pid is never hit) and any other found in /proc."""
+    pids = set(child_pids(daemon_pid))
+    pids.update(p for p in known if parent_pid(p) == daemon_pid)
+    for pid in sorted(pids):
+        if is_alive(pid):
+            kill_group_and_pid(pid)
+
+
+def stop_daemon_sync(pid: int) -> None:
+    """Children first (SIGKILL), then the daemon (SIGTERM, then SIGKILL)."""
+    if not is_alive(pid):
+        return
+    kill_children_of(pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not wait_until_sync(lambda: not is_alive(pid), STOP_TIMEOUT):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until_sync(lambda: not is_alive(pid), STOP_TIMEOUT)
+
+
+async def stop_daemon(daemon: RunningDaemon) -> None:
+    """Stop one daemon started by a test, and everything it runs, by pid."""
+    pid = daemon.pid
+    if not is_alive(pid):
+        return
+    known: list[int] = []
+    with trio.move_on_after(2.0):
+        try:
+            async with open_client(daemon.paths.socket) as client:
+                if client.daemon_pid == pid:
+                    known = [c.pid for c in await client.list() if c.state == "running"]
+        except Exception:  # a wedged or dying daemon: /proc still finds its children
+            pass
+    kill_children_of(pid, known)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    with trio.move_on_after(STOP_TIMEOUT):
+        while is_alive(pid):
+            await trio.sleep(POLL_INTERVAL)
+    if is_alive(pid):
+        kill_children_of(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with trio.move_on_after(STOP_TIMEOUT):
+            while is_alive(pid):
+                await trio.sleep(POLL_INTERVAL)
+
+
+# --- fixtures ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MsDirs:
+    root: Path
+    runtime: Path
+    state: Path
+    paths: DaemonPaths
+
+
+@attrs.frozen
+class RunningDaemon:
+    paths: DaemonPaths
+    pid: int
+    instance_id: str
+
+
+@pytest.fixture
+def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
+    """Fresh runtime and state dirs under /tmp (short, so ``sun_path`` fits).
+
+    MULTISERVER_IDLE_EXIT is "never" so a daemon does not vanish between two
+    steps of a test; MULTISERVER_BUFFER_LIMIT is unset (1 MiB). A test that
+    wants other settings sets them before it starts its daemon.
+    """
+    root = Path(tempfile.mkdtemp(prefix="ms-", dir="/tmp"))
+    runtime, state = root / "run", root / "state"
+    monkeypatch.setenv("MULTISERVER_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("MULTISERVER_STATE_DIR", str(state))
+    monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "never")
+    monkeypatch.delenv("MULTISERVER_BUFFER_LIMIT", raising=False)
+    monkeypatch.delenv("MULTISERVER_DAEMON", raising=False)
+    paths = DaemonPaths.for_number(1)
+    assert paths.socket.parent == runtime, "runtime path too long for sun_path"
+    try:
+        yield MsDirs(root, runtime, state, paths)
+    finally:
+        # Last resort for daemons a test started outside ``start_daemon``
+        # (races, subprocesses): found by their own socket path, stopped by pid.
+        for pid in daemon_pids_for(paths.socket):
+            stop_daemon_sync(pid)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def start_daemon(ms_dirs: MsDirs) -> AsyncIterator[Callable[[], Awaitable[RunningDaemon]]]:
+    """A function that starts (or connects to) the daemon of ``ms_dirs`` with
+    ``open_client(start=True)``; every daemon it returned is stopped at teardown."""
+    started: list[RunningDaemon] = []
+
+    async def start() -> RunningDaemon:
+        with trio.fail_after(START_TIMEOUT):
+            async with open_client(ms_dirs.paths, start=True) as client:
+                running = RunningDaemon(ms_dirs.paths, client.daemon_pid, client.instance_id)
+        started.append(running)
+        return running
+
+    try:
+        yield start
+    finally:
+        with trio.CancelScope(shield=True):
+            for running in reversed(started):
+                await stop_daemon(running)
+
+
+@pytest.fixture
+async def daemon(start_daemon: Callable[[], Awaitable[RunningDaemon]]) -> RunningDaemon:
+    """A real detached daemon with the settings of the environment."""
+    return await start_daemon()
+
+
+# --- PTY and client helpers ------------------------------------------------------------
+
+
+async def read_some(fd: int) -> bytes:
+    """One read from a non-blocking fd, waiting for readability; b"" at EOF
+    (EIO: the slave side is closed and everything was read)."""
+    while True:
+        try:
+            return os.read(fd, 65536)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+        except OSError as exc:
+            if exc.errno == errno.EIO:
+                return b""
+            raise
+
+
+async def read_until(fd: int, needle: bytes, timeout: float = 5.0) -> bytes:
+    """Read ``fd`` until ``needle`` appears; returns everything read."""
+    os.set_blocking(fd, False)
+    data = b""
+    with trio.move_on_after(timeout):
+        while needle not in data:
+            chunk = await read_some(fd)
+            if not chunk:
+                break
+            data += chunk
+    if needle not in data:
+        pytest.fail(f"{needle!r} not seen within {timeout} s; read {data[-500:]!r}")
+    return data
+
+
+async def read_to_eof(fd: int, timeout: float = 10.0) -> bytes:
+    """Read ``fd`` until EOF/EIO (the child exited and its output is drained)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with trio.fail_after(timeout):
+        while chunk := await read_some(fd):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def close_fd(fd: int | None) -> None:
+    if fd is not None:
+        trio.lowlevel.notify_closing(fd)
+        os.close(fd)
+
+
+async def wait_exit_notices(
+    client: Client, ids: Sequence[int], timeout: float = 5.0
+) -> dict[int, int]:
+    """Exit codes pushed for ``ids`` (id -> code); other notices are skipped."""
+    want = set(ids)
+    codes: dict[int, int] = {}
+    if not want:
+        return codes
+    with trio.fail_after(timeout):
+        async for notice in client.notices:
+            if isinstance(notice, ChildExited) and notice.id in want:
+                codes[notice.id] = notice.exit_code
+                if len(codes) == len(want):
+                    return codes
+    pytest.fail(f"notices ended before the exits of {sorted(want - set(codes))} came")
+
+
+async def wait_exit_notice(client: Client, child_id: int, timeout: float = 5.0) -> int:
+    """The exit code pushed for ``child_id``."""
+    return (await wait_exit_notices(client, [child_id], timeout))[child_id]
+
+
+async def wait_listed_exited(client: Client, child_id: int, timeout: float = 5.0) -> int:
+    """Poll ``list`` until the child shows as exited; returns its exit code."""
+    with trio.fail_after(timeout):
+        while True:
+            for info in await client.list():
+                if info.id == child_id and info.state == "exited":
+                    assert info.exit_code is not None
+                    return info.exit_code
+            await trio.sleep(POLL_INTERVAL)
