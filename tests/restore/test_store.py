@@ -1,0 +1,751 @@
+"""The arrangement store: SQLite file, transactions, tolerance, corruption,
+durable close, concurrent writers. Every test works in its own tmp_path."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import restore._store as store_mod
+from restore import (
+    SCROLLBACK_LIMIT,
+    Arrangement,
+    ArrangementStore,
+    PendingClose,
+    RestorationRef,
+    SessionLeaf,
+    Split,
+    StoreCorrupt,
+    StoreError,
+    StoreTooNew,
+    Tab,
+    Window,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+REF = RestorationRef("/run/ms/multiserver-daemon-1.socket", "inst-1", 7, 4242)
+
+
+def leaf(name: str, **kw: Any) -> SessionLeaf:
+    return SessionLeaf(name, ["sh"], "/", **kw)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "arrangement.sqlite3"
+
+
+@pytest.fixture
+def store(path: Path) -> Iterator[ArrangementStore]:
+    with ArrangementStore.open(path) as s:
+        yield s
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    """A plain connection, to write rows by hand (autocommit)."""
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def set_doc(path: Path, doc: object) -> None:
+    text = doc if isinstance(doc, str) else json.dumps(doc)
+    with raw(path) as conn:
+        conn.execute("UPDATE arrangement SET doc = ? WHERE id = 1", (text,))
+    conn.close()
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+# --- a fresh file ---------------------------------------------------------------------
+
+
+def test_fresh_store_is_empty_private_and_wal(store: ArrangementStore, path: Path) -> None:
+    assert store.load() == Arrangement()
+    assert store.pending_closes() == []
+    assert store.schema_version == 1 and not store.read_only
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with raw(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert (
+            conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == 1
+        )
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    conn.close()
+    assert {"meta", "arrangement", "leaf_bytes", "pending_closes"} <= tables
+
+
+def test_default_path_is_in_the_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state" / "multiserver"
+    monkeypatch.setenv("MULTISERVER_STATE_DIR", str(state))
+    assert ArrangementStore.default_path() == state / "arrangement.sqlite3"
+    with ArrangementStore.open() as s:
+        assert s.path == state / "arrangement.sqlite3"
+        s.add_session(leaf("a"))
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    with ArrangementStore.open() as s:
+        assert [x.name for x in s.load().leaves()] == ["a"]
+
+
+# --- round trip and changes ----------------------------------------------------------------
+
+
+def rich() -> Arrangement:
+    return Arrangement(
+        [
+            Window(
+                "main",
+                [
+                    Tab(
+                        Split(
+                            True,
+                            [
+                                SessionLeaf(
+                                    "build",
+                                    ["make", "-j8"],
+                                    "/src/\udcffodd",  # surrogateescape'd path
+                                    rows=50,
+                                    cols=132,
+                                    title="make ✓",
+                                    scrollback=b"\x1b[32mok\x1b[0m\r\n\x00\xff",
+                                    notice=b"[session expired, new shell started]\r\n",
+                                    ref=REF,
+                                    created_at=1700000000.5,
+                                ),
+                                Split(False, [leaf("b"), leaf("c", scrollback=b"")], [1.0, 2.0]),
+                            ],
+                            [0.25, 0.75],
+                        ),
+                        title="work",
+                    ),
+                    Tab(leaf("d")),
+                ],
+            ),
+            Window("other", [Tab(leaf("e", ref=RestorationRef("/x", "i2", 1, 2)))]),
+        ]
+    )
+
+
+def test_round_trip_through_a_reopen(store: ArrangementStore, path: Path) -> None:
+    store.save(rich())
+    assert store.load() == rich()
+    store.close()
+    with ArrangementStore.open(path) as again:
+        assert again.load() == rich()
+
+
+def test_bytes_fields_live_in_their_own_table(store: ArrangementStore, path: Path) -> None:
+    store.save(rich())
+    with raw(path) as conn:
+        doc = conn.execute("SELECT doc FROM arrangement").fetchone()[0]
+        rows = {(n, f): d for n, f, d in conn.execute("SELECT name, field, data FROM leaf_bytes")}
+    conn.close()
+    assert "scrollback" not in doc and "notice" not in doc
+    assert rows == {
+        ("build", "scrollback"): b"\x1b[32mok\x1b[0m\r\n\x00\xff",
+        ("build", "notice"): b"[session expired, new shell started]\r\n",
+        ("c", "scrollback"): b"",
+    }
+    store.save(Arrangement([Window("w", [Tab(leaf("b"))])]))
+    with raw(path) as conn:
+        assert conn.execute("SELECT count(*) FROM leaf_bytes").fetchone()[0] == 0
+    conn.close()
+
+
+def test_bytes_rows_we_do_not_know_are_skipped(store: ArrangementStore, path: Path) -> None:
+    store.add_session(leaf("a", scrollback=b"S"))
+    with raw(path) as conn:
+        conn.execute("INSERT INTO leaf_bytes VALUES ('a', 'thumbnail', x'00')")  # newer field
+        conn.execute("INSERT INTO leaf_bytes VALUES ('a', 'notice', 'text, not bytes')")
+        conn.execute("INSERT INTO leaf_bytes VALUES ('gone', 'scrollback', x'00')")  # no leaf
+    conn.close()
+    assert store.load().find("a") == leaf("a", scrollback=b"S")
+
+
+def test_add_remove_update(store: ArrangementStore, path: Path) -> None:
+    store.add_session(leaf("a", scrollback=b"A"))
+    store.add_session(leaf("b"), window="w2")
+    store.add_session(leaf("c"))
+    arr = store.load()
+    assert [(w.name, [t.root.name for t in w.tabs]) for w in arr.windows] == [  # type: ignore[union-attr]
+        ("main", ["a", "c"]),
+        ("w2", ["b"]),
+    ]
+    assert arr.find("a") == leaf("a", scrollback=b"A")
+
+    store.update_session(leaf("c", title="T", scrollback=b"C", notice=b"N", ref=REF))
+    assert store.load().find("c") == leaf("c", title="T", scrollback=b"C", notice=b"N", ref=REF)
+    store.update_session(leaf("c", title="T", scrollback=b"C", ref=REF))  # notice shown
+    assert store.load().find("c") == leaf("c", title="T", scrollback=b"C", ref=REF)
+    store.update_session(leaf("a"))  # scrollback None: the saved one goes
+    assert store.load().find("a") == leaf("a")
+
+    store.remove_session("c")
+    assert [x.name for x in store.load().leaves()] == ["a", "b"]
+    with raw(path) as conn:
+        assert conn.execute("SELECT count(*) FROM leaf_bytes").fetchone()[0] == 0
+    conn.close()
+
+
+def test_failed_changes_change_nothing(store: ArrangementStore) -> None:
+    store.add_session(leaf("a", scrollback=b"A"))
+    before = store.load()
+    with pytest.raises(ValueError, match="exists already"):
+        store.add_session(leaf("a", scrollback=b"other"), window="w")
+    with pytest.raises(KeyError):
+        store.remove_session("nope")
+    with pytest.raises(KeyError):
+        store.update_session(leaf("nope", scrollback=b"x"))
+    with pytest.raises(KeyError):
+        store.stage_close("nope")
+    assert store.load() == before
+    assert store.pending_closes() == []
+
+
+def test_scrollback_is_bounded_in_the_store(store: ArrangementStore, path: Path) -> None:
+    big = b"".join(b"%08d\n" % i for i in range(100_000))  # ~900 KiB
+    store.add_session(leaf("a", scrollback=big, notice=big + b"[marker]\r\n"))
+    with raw(path) as conn:
+        stored = dict(conn.execute("SELECT field, data FROM leaf_bytes"))
+        # A blob written past the bound by someone else is cut when loaded.
+        conn.execute("UPDATE leaf_bytes SET data = ? WHERE field = 'scrollback'", (big,))
+    conn.close()
+    assert len(stored["scrollback"]) <= SCROLLBACK_LIMIT and big.endswith(stored["scrollback"])
+    assert len(stored["notice"]) <= SCROLLBACK_LIMIT and stored["notice"].endswith(b"[marker]\r\n")
+    loaded = store.load().find("a")
+    assert loaded is not None and loaded.scrollback is not None
+    assert len(loaded.scrollback) <= SCROLLBACK_LIMIT and big.endswith(loaded.scrollback)
+
+
+# --- tolerance ------------------------------------------------------------------------------
+
+
+def test_unknown_fields_are_ignored_and_missing_optional_ones_default(
+    store: ArrangementStore, path: Path
+) -> None:
+    set_doc(
+        path,
+        {
+            "windows": [
+                {
+                    "name": "main",
+                    "frame": [0, 0, 800, 600],
+                    "tabs": [
+                        {
+                            "root": {
+                                "kind": "split",
+                                "vertical": True,
+                                "divider": "thin",
+                                "children": [
+                                    {"kind": "session", "name": "a", "argv": ["sh"], "cwd": "/"},
+                                    {
+                                        "kind": "session",
+                                        "name": "b",
+                                        "argv": ["vim"],
+                                        "cwd": "/etc",
+                                        "rows": 40,
+                                        "profile": "Dark",
+                                        "ref": {
+                                            "socket": "/s",
+                                            "instance_id": "i",
+                                            "child_id": 3,
+                                            "pid": 9,
+                                            "started_at": 1.5,
+                                        },
+                                    },
+                                ],
+                            },
+                            "color": "red",
+                        }
+                    ],
+                }
+            ],
+            "hotkey": {"key": "F12"},
+        },
+    )
+    with raw(path) as conn:
+        conn.execute(
+            "INSERT INTO pending_closes (name, ref, staged_at) VALUES ('z', ?, 5)",
+            (json.dumps({"socket": "/s", "instance_id": "i", "child_id": 1, "pid": 2, "x": 0}),),
+        )
+        conn.execute("INSERT INTO pending_closes (name, ref, staged_at) VALUES ('y', NULL, 6)")
+    conn.close()
+    assert store.load() == Arrangement(
+        [
+            Window(
+                "main",
+                [
+                    Tab(
+                        Split(
+                            True,
+                            [
+                                leaf("a"),
+                                SessionLeaf(
+                                    "b",
+                                    ["vim"],
+                                    "/etc",
+                                    rows=40,
+                                    ref=RestorationRef("/s", "i", 3, 9),
+                                ),
+                            ],
+                        )
+                    )
+                ],
+            )
+        ]
+    )
+    assert store.pending_closes() == [
+        PendingClose("z", RestorationRef("/s", "i", 1, 2), 5.0),
+        PendingClose("y", None, 6.0),
+    ]
+    store.add_session(leaf("c"))  # and it can still be changed
+    assert [x.name for x in store.load().leaves()] == ["a", "b", "c"]
+
+
+def test_extra_tables_and_columns_are_ignored(store: ArrangementStore, path: Path) -> None:
+    with raw(path) as conn:
+        conn.execute("CREATE TABLE later_feature (x)")
+        conn.execute("ALTER TABLE pending_closes ADD COLUMN reason TEXT")
+        conn.execute("INSERT INTO meta VALUES ('written_by', 'multiserver 9')")
+    conn.close()
+    store.add_session(leaf("a", ref=REF))
+    store.stage_close("a")
+    store.close()
+    with ArrangementStore.open(path) as again:
+        assert [p.name for p in again.pending_closes()] == ["a"]
+
+
+def test_values_are_not_coerced(store: ArrangementStore, path: Path) -> None:
+    store.close()
+    set_doc(
+        path,
+        {
+            "windows": [
+                {
+                    "name": "w",
+                    "tabs": [{"root": {"kind": "session", "name": "a", "argv": "sh", "cwd": "/"}}],
+                }
+            ]
+        },
+    )
+    with pytest.raises(StoreCorrupt, match="argv"):
+        ArrangementStore.open(path)
+
+
+def test_a_newer_schema_loads_what_it_can_and_is_never_written(
+    store: ArrangementStore, path: Path
+) -> None:
+    store.close()
+    doc = {
+        "windows": [
+            {
+                "name": "main",
+                "tabs": [
+                    {
+                        "root": {
+                            "kind": "session",
+                            "name": "a",
+                            "argv": ["sh"],
+                            "cwd": "/",
+                            "v9_field": {"deep": [1]},
+                        }
+                    }
+                ],
+            }
+        ],
+        "v9_top": True,
+    }
+    set_doc(path, doc)
+    with raw(path) as conn:
+        conn.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
+    conn.close()
+    with ArrangementStore.open(path) as newer:
+        assert newer.read_only and newer.schema_version == 9
+        assert [x.name for x in newer.load().leaves()] == ["a"]
+        for change in (
+            lambda: newer.add_session(leaf("b")),
+            lambda: newer.remove_session("a"),
+            lambda: newer.stage_close("a"),
+            lambda: newer.save(Arrangement()),
+        ):
+            with pytest.raises(StoreTooNew, match="schema_version 9 is newer than 1"):
+                change()
+    with raw(path) as conn:
+        assert json.loads(conn.execute("SELECT doc FROM arrangement").fetchone()[0]) == doc
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == 9
+    conn.close()
+
+
+def test_a_newer_schema_we_cannot_read_is_not_quarantined(
+    store: ArrangementStore, path: Path
+) -> None:
+    store.close()
+    with raw(path) as conn:
+        conn.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
+        conn.execute("DROP TABLE arrangement")
+    conn.close()
+    with pytest.raises(StoreTooNew, match="newer"):
+        ArrangementStore.open(path)
+    with pytest.raises(StoreTooNew):
+        ArrangementStore.open_or_quarantine(path)
+    assert [p.name for p in path.parent.iterdir() if "corrupt" in p.name] == []
+
+
+def test_a_file_upgraded_under_us_is_not_written(store: ArrangementStore, path: Path) -> None:
+    with raw(path) as conn:
+        conn.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+    conn.close()
+    with pytest.raises(StoreTooNew):
+        store.add_session(leaf("a"))
+    assert store.load() == Arrangement()
+
+
+def test_an_older_schema_is_migrated_once(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ArrangementStore.open(path).close()  # a version-1 file
+    calls: list[int] = []
+
+    def one_to_two(conn: sqlite3.Connection) -> None:
+        calls.append(1)
+        conn.execute("CREATE TABLE added_in_two (x)")
+
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_mod, "_MIGRATIONS", {1: one_to_two})
+    with ArrangementStore.open(path) as s:
+        assert s.schema_version == 2 and not s.read_only
+        s.add_session(leaf("a"))
+    with ArrangementStore.open(path) as s:
+        assert [x.name for x in s.load().leaves()] == ["a"]
+    assert calls == [1]
+    with raw(path) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM added_in_two").fetchone()[0] == 0
+    conn.close()
+
+
+def test_a_failed_migration_leaves_the_file_as_it_was(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ArrangementStore.open(path) as s:
+        s.add_session(leaf("a"))
+
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x)")
+        raise RuntimeError("migration bug")
+
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(store_mod, "_MIGRATIONS", {1: broken})
+    with pytest.raises(RuntimeError):
+        ArrangementStore.open(path)
+    monkeypatch.undo()
+    with ArrangementStore.open(path) as s:
+        assert s.schema_version == 1 and [x.name for x in s.load().leaves()] == ["a"]
+    with raw(path) as conn:
+        assert "half_done" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+
+
+# --- corruption --------------------------------------------------------------------------------
+
+
+def _valid_bytes(tmp_path: Path) -> bytes:
+    src = tmp_path / "src.sqlite3"
+    with ArrangementStore.open(src) as s:
+        for i in range(20):
+            s.add_session(leaf(f"s{i}", scrollback=bytes(range(256)) * 40))
+    return src.read_bytes()
+
+
+def _garbage(path: Path, tmp_path: Path) -> None:
+    path.write_bytes(b"this is not a database, " * 200)
+
+
+def _truncated(path: Path, tmp_path: Path) -> None:
+    data = _valid_bytes(tmp_path)
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _header_only(path: Path, tmp_path: Path) -> None:
+    path.write_bytes(_valid_bytes(tmp_path)[:100])
+
+
+def _tampered(sql: str, *args: object) -> Any:
+    def make(path: Path, tmp_path: Path) -> None:
+        ArrangementStore.open(path).close()
+        with raw(path) as conn:
+            conn.execute(sql, args)
+        conn.close()
+
+    return make
+
+
+CORRUPTIONS = {
+    "garbage bytes": (_garbage, "not a database"),
+    "truncated sqlite": (_truncated, "malformed"),
+    "sqlite header only": (_header_only, "malformed|not a database"),
+    "bad json": (_tampered("UPDATE arrangement SET doc = '{\"windows\": [' "), "not valid JSON"),
+    "json of the wrong shape": (
+        _tampered("UPDATE arrangement SET doc = '{\"windows\": 5}'"),
+        "does not fit Arrangement",
+    ),
+    "unknown node kind": (
+        _tampered(
+            "UPDATE arrangement SET doc = ?",
+            '{"windows":[{"name":"w","tabs":[{"root":{"kind":"browser"}}]}]}',
+        ),
+        "does not fit Arrangement",
+    ),
+    "duplicate names": (
+        _tampered(
+            "UPDATE arrangement SET doc = ?",
+            json.dumps(
+                {
+                    "windows": [
+                        {
+                            "name": "w",
+                            "tabs": [
+                                {"root": {"kind": "session", "name": "a", "argv": [], "cwd": "/"}},
+                                {"root": {"kind": "session", "name": "a", "argv": [], "cwd": "/"}},
+                            ],
+                        }
+                    ]
+                }
+            ),
+        ),
+        "two sessions are named",
+    ),
+    "missing table": (_tampered("DROP TABLE pending_closes"), "missing table"),
+    "missing row": (_tampered("DELETE FROM arrangement"), "row is missing"),
+    "no schema version": (_tampered("DELETE FROM meta"), "no schema_version"),
+    "garbled schema version": (
+        _tampered("UPDATE meta SET value = 'one'"),
+        "not a version",
+    ),
+    "garbled pending ref": (
+        _tampered("INSERT INTO pending_closes (name, ref, staged_at) VALUES ('a', '[1]', 0)"),
+        "pending close 'a'",
+    ),
+    "someone else's database": (_tampered("DROP TABLE meta"), "not an arrangement store"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupt_file_is_refused_then_moved_aside(case: str, tmp_path: Path, path: Path) -> None:
+    make, message = CORRUPTIONS[case]
+    make(path, tmp_path)
+    original = path.read_bytes()
+    with pytest.raises(StoreCorrupt, match=message) as info:
+        ArrangementStore.open(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+    store, warning = ArrangementStore.open_or_quarantine(path)
+    with store:
+        aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+        assert len(aside) == 1
+        assert aside[0].name.startswith("arrangement.sqlite3.corrupt-")
+        assert aside[0].read_bytes() == original  # moved, never deleted or rewritten
+        assert warning is not None and "\n" not in warning
+        assert str(aside[0]) in warning
+        assert store.load() == Arrangement()
+        store.add_session(leaf("fresh"))
+    with ArrangementStore.open(path) as again:
+        assert [x.name for x in again.load().leaves()] == ["fresh"]
+
+
+def test_quarantine_moves_wal_and_shm_and_never_overwrites(tmp_path: Path, path: Path) -> None:
+    path.write_bytes(b"garbage" * 100)
+    Path(f"{path}-wal").write_bytes(b"wal bytes")
+    Path(f"{path}-shm").write_bytes(b"shm bytes")
+    s, first = ArrangementStore.open_or_quarantine(path)
+    s.close()
+    assert first is not None
+    ArrangementStore.open(path).close()
+    path.write_bytes(b"garbage again" * 100)
+    s, second = ArrangementStore.open_or_quarantine(path)  # same second, most likely
+    s.close()
+    assert second is not None and second != first
+    aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
+    mains = [n for n in aside if not n.endswith(("-wal", "-shm"))]
+    assert len(mains) == 2
+    first_main = next(n for n in mains if n in first)
+    assert (tmp_path / first_main).read_bytes() == b"garbage" * 100
+    assert (tmp_path / f"{first_main}-wal").read_bytes() == b"wal bytes"
+    assert (tmp_path / f"{first_main}-shm").read_bytes() == b"shm bytes"
+
+
+def test_an_empty_file_is_a_fresh_store(path: Path) -> None:
+    path.touch()
+    store, warning = ArrangementStore.open_or_quarantine(path)
+    with store:
+        assert warning is None and store.load() == Arrangement()
+
+
+def test_busy_is_not_corrupt(
+    store: ArrangementStore, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_mod, "BUSY_TIMEOUT", 0.05)
+    with ArrangementStore.open(path) as impatient:
+        holder = raw(path)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError) as info:
+                impatient.add_session(leaf("a"))
+            assert not isinstance(info.value, StoreCorrupt)
+            assert "locked" in str(info.value)
+            assert impatient.load() == Arrangement()  # WAL: readers are not blocked
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        impatient.add_session(leaf("a"))
+    assert [p for p in path.parent.iterdir() if "corrupt" in p.name] == []
+
+
+def test_a_directory_in_the_way_is_an_error_not_corruption(tmp_path: Path) -> None:
+    target = tmp_path / "arrangement.sqlite3"
+    target.mkdir()
+    with pytest.raises(StoreError) as info:
+        ArrangementStore.open_or_quarantine(target)
+    assert not isinstance(info.value, StoreCorrupt)
+    assert target.is_dir()
+
+
+# --- durable close --------------------------------------------------------------------------------
+
+STAGE_AND_CRASH = """
+    import os, sys
+    from pathlib import Path
+    from restore import ArrangementStore
+    store = ArrangementStore.open(Path(sys.argv[1]))
+    leaf = store.stage_close("victim")
+    print(leaf.ref.child_id, flush=True)
+    os._exit(3)  # crash before killing the child and completing the close
+"""
+
+
+def test_stage_then_crash_leaves_a_pending_close(store: ArrangementStore, path: Path) -> None:
+    store.add_session(leaf("keep"))
+    store.add_session(leaf("victim", ref=REF, scrollback=b"bye"))
+    store.close()
+
+    crashed = run_python(STAGE_AND_CRASH, str(path))
+    assert crashed.returncode == 3, crashed.stderr
+    assert crashed.stdout.strip() == "7"
+
+    with ArrangementStore.open(path) as after:
+        (pending,) = after.pending_closes()
+        assert pending.name == "victim" and pending.ref == REF and pending.staged_at > 0
+        assert [x.name for x in after.load().leaves()] == ["keep"]
+        after.complete_close("victim")
+        assert after.pending_closes() == []
+        after.complete_close("victim")  # idempotent: a retried completion is fine
+    with ArrangementStore.open(path) as again:
+        assert again.pending_closes() == []
+
+
+def test_stage_close_returns_the_leaf_and_drops_its_scrollback(
+    store: ArrangementStore, path: Path
+) -> None:
+    store.add_session(leaf("a", ref=REF, scrollback=b"tail"))
+    assert store.stage_close("a") == leaf("a", ref=REF, scrollback=b"tail")
+    assert store.load() == Arrangement()
+    with raw(path) as conn:
+        assert conn.execute("SELECT count(*) FROM leaf_bytes").fetchone()[0] == 0
+    conn.close()
+    with pytest.raises(KeyError):
+        store.stage_close("a")  # staged once only
+    assert len(store.pending_closes()) == 1
+
+
+def test_a_reused_name_keeps_each_pending_close(store: ArrangementStore) -> None:
+    newer = RestorationRef(REF.socket, REF.instance_id, 8, 5151)
+    store.add_session(leaf("a", ref=REF))
+    store.stage_close("a")
+    store.add_session(leaf("a", ref=newer))  # a new session of the same name
+    store.stage_close("a")
+    assert [p.ref for p in store.pending_closes()] == [REF, newer]
+    store.complete_close("a", newer)
+    assert [p.ref for p in store.pending_closes()] == [REF]
+    store.complete_close("a")
+    assert store.pending_closes() == []
+
+
+def test_a_session_without_a_ref_can_be_closed(store: ArrangementStore) -> None:
+    store.add_session(leaf("a"))
+    store.stage_close("a")
+    (pending,) = store.pending_closes()
+    assert pending.ref is None
+    store.complete_close("a", None)
+    assert store.pending_closes() == []
+
+
+# --- concurrent writers ------------------------------------------------------------------------
+
+ADD_MANY = """
+    import sys
+    from pathlib import Path
+    from restore import ArrangementStore, SessionLeaf
+    path, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    store = ArrangementStore.open(path)
+    sys.stdin.read(1)  # wait for the go, so both writers run at once
+    for i in range(count):
+        store.add_session(SessionLeaf(f"{prefix}-{i}", ["sh"], "/"), window=prefix)
+    store.close()
+"""
+
+
+def test_two_processes_adding_at_once_both_land(store: ArrangementStore, path: Path) -> None:
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(ADD_MANY), str(path), prefix, "50"],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for prefix in ("p", "q")
+    ]
+    for w in writers:
+        assert w.stdin is not None
+        w.stdin.write("g")
+        w.stdin.close()
+    for w in writers:
+        assert w.stderr is not None
+        err = w.stderr.read()
+        assert w.wait(timeout=60) == 0, err
+    arr = store.load()
+    expected = {f"{p}-{i}" for p in "pq" for i in range(50)}
+    assert {x.name for x in arr.leaves()} == expected
+    assert len(arr.leaves()) == 100
+    for prefix in "pq":
+        window = arr.window(prefix)
+        assert window is not None
+        assert [t.root.name for t in window.tabs] == [f"{prefix}-{i}" for i in range(50)]  # type: ignore[union-attr]
+
+
+def test_one_store_from_many_threads(store: ArrangementStore) -> None:
+    import threading
+
+    def add(prefix: str) -> None:
+        for i in range(25):
+            store.add_session(leaf(f"{prefix}{i}"))
+
+    threads = [threading.Thread(target=add, args=(p,)) for p in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.load().leaves()) == 100
