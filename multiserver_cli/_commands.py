@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 import trio
 
 from multiserver import (
-    ChildExited,
     ChildInfo,
     Client,
     DaemonNotRunning,
@@ -26,12 +25,10 @@ from multiserver import (
     dial,
     open_client,
 )
-from multiserver_cli import _attach
+from multiserver_cli import _attach, _state
 from multiserver_cli._format import ls_table
 from multiserver_cli._sessions import REQUEST_TIMEOUT, CliError, check_name, find_session, scan
-
-# After the signal `kill` sends, how long before SIGKILL.
-KILL_WAIT = 3.0
+from multiserver_cli._state import end_child
 
 
 def say(line: str) -> None:
@@ -123,6 +120,7 @@ async def cmd_new(args: Namespace) -> int:
                 )
         except RequestFailed as exc:
             raise CliError(exc.message) from None
+        _state.record_new(launched.child, client.socket_path, client.instance_id, args.window)
         if args.detach:
             print(launched.child.name)
             return 0
@@ -159,7 +157,7 @@ async def cmd_attach(args: Namespace) -> int:
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
-        replay = result.output
+        replay = _state.take_notice(name) + result.output
         if result.dropped:
             replay = (
                 f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
@@ -245,51 +243,28 @@ def parse_signal(spec: str) -> int:
 
 async def cmd_kill(args: Namespace) -> int:
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
+    await _state.finish_pending_closes()
     found = await find_session(args.name, args.daemon if args.daemon_given else None)
     child = found.child
+    only_signal = args.signal is not None
+    # The durable close: staged first, so a crash from here on is finished
+    # by the next run (a bare signal closes nothing unless the child ends).
+    staged = None if only_signal else _state.stage_close(child.name)
     async with bounded("kill"), open_client(found.socket) as client:
         code = child.exit_code
         if child.state == "running":
-            code = await _end(client, child.id, signum, escalate=args.signal is None)
+            code = await end_child(client, child.id, signum, escalate=not only_signal)
         if code is None:
             print(
                 f"sent {signal.Signals(signum).name} to {child.name}; it is still running",
                 file=sys.stderr,
             )
             return 0
+        if only_signal:
+            staged = _state.stage_close(child.name)
         with contextlib.suppress(RequestFailed):
             await client.collect(child.id)
+    if staged is not None:
+        _state.complete_close(child.name, staged.ref)
     print(f"{child.name}: ended (exit code {code})", file=sys.stderr)
     return 0
-
-
-async def _end(client: Client, child_id: int, signum: int, *, escalate: bool) -> int | None:
-    """Signal the child and wait for its exit notice; SIGKILL after KILL_WAIT
-    if ``escalate``. Returns its exit code, or None if it still runs."""
-    exited: list[int] = []
-    done = trio.Event()
-
-    async def wait_exit() -> None:
-        async for notice in client.notices:
-            if isinstance(notice, ChildExited) and notice.id == child_id:
-                exited.append(notice.exit_code)
-                done.set()
-                return
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(wait_exit)
-        with contextlib.suppress(RequestFailed):
-            await client.signal(child_id, signum)
-        with trio.move_on_after(KILL_WAIT):
-            await done.wait()
-        if not exited and escalate:
-            with contextlib.suppress(RequestFailed):
-                await client.signal(child_id, signal.SIGKILL)
-            with trio.move_on_after(KILL_WAIT):
-                await done.wait()
-        nursery.cancel_scope.cancel()
-    if exited:
-        return exited[0]
-    children = {c.id: c for c in await client.list()}
-    c = children.get(child_id)
-    return c.exit_code if c is not None else None

@@ -24,8 +24,9 @@ from multiserver import (
 from multiserver._codec import Codec
 from multiserver._paths import find_sockets
 from multiserver._wire import FramedSocket
+from multiserver_cli._state import open_store
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # How long one daemon may take to say hello before it is reported as unresponsive.
 SCAN_TIMEOUT = 2.0
 # How long a command waits for its daemon (to start, or to answer) at most.
@@ -119,8 +120,27 @@ async def find_session(name: str, number: int | None) -> Located:
         if c.name == name
     ]
     if not matches:
+        matches = _by_saved_name(name, result)
+    if not matches:
         extra = f" ({'; '.join(result.problems)})" if result.problems else ""
         raise CliError(f"no session named {name!r}{extra}")
     if len(matches) > 1:
         raise CliError(f"several sessions are named {name!r}; choose one with --daemon N")
     return matches[0]
+
+
+def _by_saved_name(name: str, result: Scan) -> list[Located]:
+    """A session known by its saved name (e.g. an adopted orphan), matched to
+    its child by daemon socket, instance and child id."""
+    with open_store() as store:
+        leaf = store.load().find(name) if store is not None else None
+    if leaf is None or leaf.ref is None:
+        return []
+    ref = leaf.ref
+    return [
+        Located(d.socket, d.instance_id, c)
+        for d in result.daemons
+        if str(d.socket) == ref.socket and d.instance_id == ref.instance_id
+        for c in d.children
+        if c.id == ref.child_id
+    ]

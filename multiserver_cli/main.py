@@ -15,7 +15,7 @@ import trio
 
 from multiserver import MultiserverError
 from multiserver._paths import LockBusy, default_daemon_number
-from multiserver_cli import _commands
+from multiserver_cli import _commands, _restore_cmd
 from multiserver_cli._proxy import parse_key
 from multiserver_cli._sessions import CliError
 
@@ -139,6 +139,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME")
 
     p = _sub(
+        subs,
+        "restore",
+        "bring back every saved session (run it at login)",
+        "multiserver restore --timeout 5",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="deadline for the daemons to answer (default 10)",
+    )
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument(
+        "--no-relaunch",
+        action="store_true",
+        help="report sessions whose process is gone; start nothing",
+    )
+    p.add_argument(
+        "--relaunch-ended",
+        action="store_true",
+        help="start sessions whose program had exited again",
+    )
+
+    p = _sub(
+        subs,
+        "orphans",
+        "list processes no saved session owns, and stale sockets (--adopt: adopt them)",
+        "multiserver orphans --adopt",
+    )
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument(
+        "--adopt",
+        action="store_true",
+        help="adopt orphans into the window 'orphans' and remove stale sockets",
+    )
+
+    p = _sub(
+        subs, "save", "refresh the saved cwd and title of every live session", "multiserver save"
+    )
+
+    p = _sub(
         subs, "stop", "stop the daemon (refused while sessions run)", "multiserver stop --force"
     )
     p.add_argument("--force", action="store_true", help="end every session first")
@@ -153,6 +195,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "peek": _commands.cmd_peek,
     "kill": _commands.cmd_kill,
     "stop": _commands.cmd_stop,
+    "restore": _restore_cmd.cmd_restore,
+    "save": _restore_cmd.cmd_save,
+    "orphans": _restore_cmd.cmd_orphans,
 }
 
 

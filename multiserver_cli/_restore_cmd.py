@@ -1,0 +1,194 @@
+"""``multiserver restore`` (run it at login) and ``multiserver save``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import attrs
+import trio
+
+from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
+from multiserver import MultiserverError, dial
+from multiserver._paths import find_sockets
+from multiserver_cli import _state
+from multiserver_cli._format import table
+from multiserver_cli._sessions import SCAN_TIMEOUT, CliError
+from restore import RestorationRef
+from restore._build import RestoredSession
+from restore._partial import DaemonAttachment
+from restore._plan import Options
+from restore._restore import release_claims, restore_arrangement
+
+
+def _row(s: RestoredSession) -> dict[str, object]:
+    return {
+        "name": s.leaf.name,
+        "outcome": s.outcome,
+        "daemon": s.daemon,
+        "detail": s.detail,
+        "exit_code": s.exit_code,
+        "seconds": round(s.elapsed, 4),
+    }
+
+
+def _sweep_row(r: SweepRow) -> dict[str, object]:
+    return {
+        "socket": r.socket,
+        "state": r.state,
+        "action": r.action,
+        "name": r.name,
+        "detail": r.detail,
+        "exit_code": r.exit_code,
+    }
+
+
+async def cmd_restore(args: Namespace) -> int:
+    if args.timeout <= 0:
+        raise CliError("--timeout must be > 0", 2)
+    await _state.finish_pending_closes()
+    late_rows: list[SweepRow] = []
+    with _state.open_store() as store:
+        if store is None:
+            return 1
+        arrangement = store.load()
+        total = len(arrangement.leaves())
+        sink = StoreSink(store)
+        if not args.json:
+            print(
+                f"restoring {total} session(s), waiting up to {args.timeout:g} s for their daemons",
+                file=sys.stderr,
+            )
+
+        def progress(s: RestoredSession) -> None:
+            if not args.json:
+                print(f"  {s.leaf.name}: {s.outcome} ({s.detail})", file=sys.stderr)
+
+        options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
+        async with trio.open_nursery() as nursery:
+
+            async def adopt(att: DaemonAttachment) -> None:
+                late_rows.extend(await adopt_late(att, sink))
+
+            result = await restore_arrangement(
+                arrangement,
+                nursery=nursery,
+                timeout=args.timeout,
+                options=options,
+                store=store,
+                hold=False,
+                keep_output=True,
+                progress=progress,
+                on_late=lambda att: nursery.start_soon(adopt, att),
+            )
+            # Claims go back so `multiserver attach NAME` works afterwards;
+            # the output they carried stays in the daemons (keep_output).
+            with trio.CancelScope(shield=True):
+                await release_claims(result)
+            # Only now, with the partial attach phase resolved and every
+            # session built, may the sweep take what nobody claimed.
+            swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND)
+            # Partial attaches to wedged daemons are abandoned here.
+            nursery.cancel_scope.cancel()
+    rows = [_row(s) for s in result.sessions]
+    extra = [r for r in [*late_rows, *swept.rows] if r.action != "none"]
+    if args.json:
+        out = {
+            "sessions": rows,
+            "sweep": [_sweep_row(r) for r in extra],
+            "seconds": round(result.elapsed, 4),
+            "ok": result.ok,
+        }
+        json.dump(out, sys.stdout, indent=2)
+        print()
+        return 0 if result.ok else 1
+    table_rows = [
+        [
+            str(r["name"]),
+            str(r["outcome"]),
+            Path(str(r["daemon"])).name or "-",
+            str(r["detail"]),
+            f"{r['seconds']:.3f}s",
+        ]
+        for r in rows
+    ]
+    table_rows += [
+        [r.name or "-", f"sweep: {r.action}", Path(r.socket).name, r.detail, ""] for r in extra
+    ]
+    if table_rows:
+        print(table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows))
+    else:
+        print("nothing to restore", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+async def cmd_orphans(args: Namespace) -> int:
+    """What a sweep would do (``--adopt``: do it)."""
+    with _state.open_store() as store:
+        if store is None:
+            return 1
+        report = await sweep(StoreSink(store), adopt=args.adopt, bound=SWEEP_BOUND)
+    if args.json:
+        json.dump([_sweep_row(r) for r in report.rows], sys.stdout, indent=2)
+        print()
+    elif report.rows:
+        print(
+            table(
+                ["SOCKET", "STATE", "ACTION", "NAME", "DETAIL"],
+                [
+                    [Path(r.socket).name, r.state, r.action, r.name or "-", r.detail]
+                    for r in report.rows
+                ],
+            )
+        )
+    else:
+        print("no daemons found", file=sys.stderr)
+    return 0
+
+
+@attrs.frozen
+class _Refresh:
+    cwd: str | None
+    title: str | None
+
+
+async def cmd_save(args: Namespace) -> int:
+    """Refresh every live session's cwd (the foreground process's, where the
+    OS tells it) and title (its foreground command) in the arrangement."""
+    refresh: dict[tuple[str, str, int], _Refresh] = {}
+
+    async def ask(sock: Path) -> None:
+        with trio.move_on_after(SCAN_TIMEOUT):
+            try:
+                client = await dial(sock)
+            except MultiserverError:
+                return
+            async with client:
+                for c in await client.list(foreground=True):
+                    title = " ".join(c.fg_argv) if c.fg_argv else None
+                    refresh[(str(sock), client.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
+
+    async with trio.open_nursery() as nursery:
+        for sock in find_sockets():
+            nursery.start_soon(ask, sock)
+    changed = 0
+    with _state.open_store() as store:
+        if store is None:
+            return 1
+
+        arrangement = store.load()
+        for leaf in arrangement.leaves():
+            ref: RestorationRef | None = leaf.ref
+            if ref is None:
+                continue
+            r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
+            if r is None:
+                continue
+            new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
+            if new != leaf:
+                store.update_session(new)
+                changed += 1
+    print(f"saved {changed} session(s)", file=sys.stderr)
+    return 0

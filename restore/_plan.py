@@ -1,0 +1,165 @@
+"""The pure planner: arrangement + what the daemons said -> what to claim and
+what each session becomes. No I/O, no trio; every rule of restore's outcome
+is stated here.
+
+Outcomes (one per leaf, never none):
+
+    attached    its child was claimed (running)
+    ended       its child had exited while nobody held it: reported, collected,
+                and the session closed (``relaunch_ended`` relaunches it instead)
+    relaunched  no child to go back to (no reference, daemon gone, another
+                daemon instance, child unknown): the saved command starts
+                again in the saved cwd (``relaunch=False``: reported only)
+    timed-out   its daemon did not answer by the deadline: relaunched like
+                above, and its late partial attach goes to the adopter
+    failed      anything else, with the reason (e.g. held by another client)
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable
+from typing import Literal
+
+import attrs
+
+from multiserver import ChildInfo
+from restore._model import Arrangement, SessionLeaf
+
+Outcome = Literal["attached", "ended", "relaunched", "timed-out", "failed"]
+OUTCOMES: tuple[Outcome, ...] = ("attached", "ended", "relaunched", "timed-out", "failed")
+
+
+@attrs.frozen
+class DaemonTarget:
+    """The leaves whose children lived on one daemon socket."""
+
+    socket: str
+    leaves: tuple[SessionLeaf, ...]
+
+
+@attrs.frozen
+class Plan:
+    targets: tuple[DaemonTarget, ...]
+    unreferenced: tuple[SessionLeaf, ...]  # never had a child: relaunch
+
+
+def plan_restore(arrangement: Arrangement) -> Plan:
+    """Group the leaves by the daemon socket their child lived on."""
+    by_socket: dict[str, list[SessionLeaf]] = {}
+    unreferenced: list[SessionLeaf] = []
+    for leaf in arrangement.leaves():
+        if leaf.ref is None:
+            unreferenced.append(leaf)
+        else:
+            by_socket.setdefault(leaf.ref.socket, []).append(leaf)
+    targets = tuple(DaemonTarget(s, tuple(ls)) for s, ls in by_socket.items())
+    return Plan(targets, tuple(unreferenced))
+
+
+@attrs.frozen
+class Gone:
+    """A leaf whose child is known not to exist any more, and why."""
+
+    leaf: SessionLeaf
+    reason: str
+
+
+def match_children(
+    target: DaemonTarget, instance_id: str, children: Iterable[ChildInfo]
+) -> tuple[list[SessionLeaf], list[Gone]]:
+    """Which leaves to claim on a daemon that answered as ``instance_id``
+    with ``children``; the rest are gone (pids are never trusted alone)."""
+    known = {c.id: c for c in children}
+    to_claim: list[SessionLeaf] = []
+    gone: list[Gone] = []
+    for leaf in target.leaves:
+        assert leaf.ref is not None
+        if leaf.ref.instance_id != instance_id:
+            gone.append(
+                Gone(leaf, "the daemon restarted since (another instance): its children are gone")
+            )
+        elif leaf.ref.child_id not in known:
+            gone.append(Gone(leaf, f"child {leaf.ref.child_id} is unknown to the daemon"))
+        else:
+            to_claim.append(leaf)
+    return to_claim, gone
+
+
+@attrs.frozen
+class ClaimAnswer:
+    """What the daemon answered for one claimed child."""
+
+    child: ChildInfo | None
+    errno: int = 0
+    message: str = ""
+
+
+@attrs.frozen
+class Decision:
+    outcome: Outcome
+    detail: str
+    relaunch: bool  # start the saved command again
+    collect: bool = False  # collect the exited child
+    close: bool = False  # remove the session from the arrangement (durable close)
+
+
+@attrs.frozen
+class Options:
+    relaunch: bool = True
+    relaunch_ended: bool = False
+
+
+def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
+    """The outcome of a leaf whose child was asked for."""
+    child = answer.child
+    if child is None:
+        if answer.errno == errno.ENOENT:
+            return decide_gone("the child is unknown to the daemon", options)
+        if answer.errno == errno.EBUSY:
+            return Decision(
+                "failed",
+                "held by another client (attach to it there, or `multiserver attach`)",
+                relaunch=False,
+            )
+        return Decision(
+            "failed", answer.message or f"claim failed (errno {answer.errno})", relaunch=False
+        )
+    if child.state == "exited":
+        code = child.exit_code
+        if options.relaunch_ended:
+            return Decision(
+                "relaunched",
+                f"had exited with code {code}; started again",
+                relaunch=True,
+                collect=True,
+            )
+        return Decision(
+            "ended", f"session ended (exit code {code})", relaunch=False, collect=True, close=True
+        )
+    return Decision("attached", f"pid {child.pid}", relaunch=False)
+
+
+def decide_gone(reason: str, options: Options) -> Decision:
+    if options.relaunch:
+        return Decision("relaunched", f"{reason}; session expired, new one started", relaunch=True)
+    return Decision("relaunched", f"{reason}; not relaunched (--no-relaunch)", relaunch=False)
+
+
+def decide_timed_out(timeout: float, options: Options) -> Decision:
+    reason = f"daemon did not answer within {timeout:g} s"
+    if options.relaunch:
+        return Decision("timed-out", f"{reason}; new one started", relaunch=True)
+    return Decision("timed-out", f"{reason}; not relaunched (--no-relaunch)", relaunch=False)
+
+
+RELAUNCH_MARKER = "--- multiserver: the earlier session expired; a new one was started ---"
+
+
+def relaunch_notice(leaf: SessionLeaf, why: str) -> bytes:
+    """What a relaunched session shows first: its saved scrollback, then a
+    marker line that says what happened."""
+    head = leaf.scrollback or b""
+    if head and not head.endswith(b"\n"):
+        head += b"\r\n"
+    return head + f"\x1b[0m{RELAUNCH_MARKER}\r\n({why})\r\n".encode()

@@ -1,0 +1,124 @@
+"""The library's restore: plan -> partial attach phase -> build sessions.
+
+    async with trio.open_nursery() as nursery:
+        result = await restore_arrangement(arrangement, nursery=nursery, timeout=10)
+        for s in result.sessions:
+            ...  # s.outcome, s.master (yours), s.replay, s.client
+        # late arrivals go to on_late while the nursery lives
+
+See docs/restore.md for the sequence diagram and what each outcome means.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from multiserver import MultiserverError
+from restore._build import RestoredSession, build_sessions
+from restore._model import Arrangement
+from restore._partial import DaemonAttachment, PartialAttachPhase, PhaseResult
+from restore._plan import Options, plan_restore
+from restore._store import ArrangementStore
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_OPTIONS = Options()
+
+
+@attrs.frozen
+class RestoreResult:
+    sessions: list[RestoredSession]
+    phase: PhaseResult
+    elapsed: float  # the whole restore, seconds
+
+    @property
+    def ok(self) -> bool:
+        """True when no session failed."""
+        return all(s.outcome != "failed" for s in self.sessions)
+
+
+def close_late(att: DaemonAttachment) -> None:
+    """The default for late arrivals when nobody adopts them: give the
+    children back to their daemon (the next sweep finds them)."""
+    att.close()
+
+
+async def restore_arrangement(
+    arrangement: Arrangement,
+    *,
+    nursery: trio.Nursery,
+    timeout: float = DEFAULT_TIMEOUT,
+    options: Options = DEFAULT_OPTIONS,
+    store: ArrangementStore | None = None,
+    hold: bool = True,
+    keep_output: bool = False,
+    on_late: Callable[[DaemonAttachment], None] = close_late,
+    progress: Callable[[RestoredSession], None] | None = None,
+) -> RestoreResult:
+    """Restore every session of ``arrangement``: partial attaches to the
+    daemons (never starting one) under ``timeout`` for the whole phase, then
+    one outcome per session, carried out.
+
+    ``nursery`` must outlive the returned sessions' use: connections that hold
+    claimed children read there, and partial attaches still running after the
+    deadline finish there and go to ``on_late`` (cancel it to abandon them).
+
+    Cancellation: relaunched sessions stay running; every claimed fd not yet
+    handed over is closed, and the children go back to their daemons.
+    """
+    t0 = trio.current_time()
+    plan = plan_restore(arrangement)
+    phase = PartialAttachPhase(plan, on_late=on_late, keep_output=keep_output)
+    result = await phase.run(nursery, timeout)
+    try:
+        sessions = await build_sessions(
+            plan,
+            result,
+            timeout=timeout,
+            options=options,
+            nursery=nursery,
+            store=store,
+            hold=hold,
+            progress=progress,
+            started=t0,
+        )
+    except BaseException:
+        for att in result.attachments.values():
+            att.close()
+        raise
+    return RestoreResult(sessions, result, trio.current_time() - t0)
+
+
+async def release_claims(result: RestoreResult) -> None:
+    """Give every claimed child back to its daemon and close the connections
+    and fds (what `multiserver restore` does before it exits).
+
+    Cancellation: connections are closed anyway, which releases the rest.
+    """
+    try:
+        for att in result.phase.attachments.values():
+            if att.client is None:
+                continue
+            ids = [
+                r.child.id
+                for r in att.claimed.values()
+                if r.child is not None and r.child.state == "running"
+            ]
+            if ids:
+                try:
+                    await att.client.release(ids)
+                except MultiserverError:
+                    pass
+    finally:
+        for s in result.sessions:
+            if s.master is not None:
+                os.close(s.master)
+                s.master = None
+        for att in result.phase.attachments.values():
+            att.close()
+        clients = {id(s.client): s.client for s in result.sessions if s.client is not None}
+        for client in clients.values():
+            client.close()
