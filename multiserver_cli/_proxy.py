@@ -19,6 +19,7 @@ import tty
 from collections.abc import Iterator
 
 READ_SIZE = 65536
+BATCH = 256 * 1024
 
 # Why the loop ended.
 DETACH = "detach"
@@ -43,6 +44,28 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
+def _read_batch(fd: int) -> tuple[bytes, bool]:
+    """Everything readable now, up to BATCH bytes: a PTY hands out about
+    4 KiB a read, and one large write to the terminal costs far less than
+    many small ones. Returns (data, the PTY's other side is closed)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < BATCH:
+        try:
+            data = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            break
+        except OSError as exc:
+            if exc.errno == errno.EIO:
+                return b"".join(chunks), True
+            raise
+        if not data:
+            return b"".join(chunks), True
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks), False
+
+
 def proxy(master: int, stdin: int, stdout: int, ctl: int, detach_key: bytes | None) -> str:
     """Copy master -> stdout and stdin -> master until detach, EOF or ``ctl``.
 
@@ -62,17 +85,11 @@ def proxy(master: int, stdin: int, stdout: int, ctl: int, detach_key: bytes | No
             if fd == ctl:
                 return STOPPED
             if fd == master:
-                try:
-                    data = os.read(master, READ_SIZE)
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    if exc.errno == errno.EIO:
-                        return EOF
-                    raise
-                if not data:
+                data, ended = _read_batch(master)
+                if data:
+                    write_all(stdout, data)
+                if ended:
                     return EOF
-                write_all(stdout, data)
             elif fd == stdin:
                 if (
                     mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
