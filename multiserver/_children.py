@@ -269,6 +269,12 @@ class ChildTable:
             raise LaunchError(errno.EINVAL, f"bad session name {name!r}")
         if name and any(c.name == name for c in self._children.values()):
             raise LaunchError(errno.EEXIST, f"a session named {name!r} exists already")
+        if any("\0" in a for a in (*argv, cwd, *env.keys(), *env.values())):
+            raise LaunchError(errno.EINVAL, "a NUL byte in the command, cwd or environment")
+        if any(not k or "=" in k for k in env):
+            raise LaunchError(
+                errno.EINVAL, "an environment variable with an empty name or '=' in it"
+            )
         if not os.path.isabs(cwd):
             raise LaunchError(errno.EINVAL, f"cwd must be absolute: {cwd}")
         if not os.path.isdir(cwd):
@@ -277,6 +283,8 @@ class ChildTable:
         executable = resolve_executable(argv[0], env, cwd)
         try:
             pid, master, tty = _platform.spawn_on_pty(executable, argv, env, cwd, rows, cols)
+        except ValueError as exc:
+            raise LaunchError(errno.EINVAL, f"cannot start {argv[0]}: {exc}") from exc
         except OSError as exc:
             err = exc.errno or errno.EIO
             if err == errno.ENOENT:

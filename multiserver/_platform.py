@@ -219,7 +219,9 @@ def foreground(master: int) -> tuple[int | None, str | None, list[str] | None]:
     cwd: str | None
     argv: list[str] | None
     try:
-        cwd = os.readlink(f"/proc/{pgid}/cwd")
+        # Bytes, decoded with replacement: a path that is not UTF-8 must not
+        # make the reply unencodable.
+        cwd = os.readlink(f"/proc/{pgid}/cwd".encode()).decode(errors="replace")
     except OSError:
         cwd = None
     try:

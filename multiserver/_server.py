@@ -61,9 +61,17 @@ log = logging.getLogger("multiserver.daemon")
 SERVER_NAME = "multiserver-daemon/0.1"
 
 
+MAX_BUFFER_LIMIT = 8 * 1024 * 1024  # a Claimed frame must stay under MAX_FRAME
+
+
 @attrs.frozen
 class DaemonConfig:
-    buffer_limit: int = 1024 * 1024
+    buffer_limit: int = attrs.field(
+        default=1024 * 1024,
+        validator=attrs.validators.and_(
+            attrs.validators.ge(0), attrs.validators.le(MAX_BUFFER_LIMIT)
+        ),
+    )
     idle_exit: float | None = 5.0  # seconds with no child and no client; None: never
     stall_timeout: float = 10.0
     max_queued_notices: int = 10_000
@@ -209,7 +217,24 @@ class ClientConnection:
             while True:
                 event = await self._framed.receive()
                 close_fds(event.fds)  # no client message carries fds
-                if not await self._dispatch(event.message):
+                try:
+                    keep = await self._dispatch(event.message)
+                except (ConnectionClosed, PeerProtocolError):
+                    raise
+                except Exception as exc:
+                    # A bug must cost one request, never the daemon and the
+                    # children of every other client.
+                    log.exception(
+                        "client %d: internal error serving %s",
+                        self.id,
+                        type(event.message).__name__,
+                    )
+                    req = getattr(event.message, "req", None)
+                    await self.send(
+                        Error(req=req, errno=errno.EIO, message=f"internal error: {exc}")
+                    )
+                    keep = req is not None
+                if not keep:
                     return
         except ConnectionClosed:
             return

@@ -6,7 +6,9 @@
   starts them (``open_client(start=True)``), stopped by pid at teardown: first
   every child they hold (SIGKILL to its process group), then the daemon
   (SIGTERM, then SIGKILL).
-- /proc probes: a process's fds, its children, its zombies.
+- /proc probes: a process's fds (``fd_links``, ``fd_count``, ``wait_fds_back``),
+  its children and zombies, a daemon's client connections.
+- PTY and client helpers: ``read_until``, ``read_to_eof``, ``wait_exit_notices``.
 - ``wait_until``: poll a condition the daemon cannot signal, quickly and with a
   bound, and fail with a message. Tests never sleep to wait for readiness.
 

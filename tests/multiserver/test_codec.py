@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import resource
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -323,9 +325,16 @@ def test_header_fields_of_sent_frames() -> None:
 
 
 def test_hello_frame_bytes_match_the_documented_example() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    example = doc[doc.index("## 8. Example") :]
+    block = example[example.index("```") + 3 :]
+    block = block[: block.index("```")]
+    documented = bytes.fromhex(
+        "".join(re.findall(r"^((?:[0-9a-f]{2} )*[0-9a-f]{2})", block, re.MULTILINE))
+    )
     frame = Codec("client").send(Hello(min_version=1, max_version=1, client="multiserver-client"))
+    assert frame == documented
     assert frame[:HEADER_SIZE] == bytes.fromhex("4d53 0001 0001 0000 0000003f 00000000")
-    assert frame[HEADER_SIZE:] == b'{"min_version":1,"max_version":1,"client":"multiserver-client"}'
 
 
 def test_send_refuses_what_the_role_may_not_send() -> None:

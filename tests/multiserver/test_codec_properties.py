@@ -128,6 +128,12 @@ def _feed_chunks(
     return events
 
 
+def _feed_all(codec: Codec, data: bytes) -> list[Event]:
+    events = _feed_chunks(codec, [data], {})
+    assert isinstance(events, list), events
+    return events
+
+
 # --- valid traffic round-trips ---------------------------------------------------------
 
 
@@ -252,12 +258,6 @@ def test_client_traffic_round_trips_under_any_chunking(
     events = _feed_chunks(daemon, data.draw(_chunked(stream)), {})
     assert isinstance(events, list), events
     assert [e.message for e in events] == requests
-
-
-def _feed_all(codec: Codec, data: bytes) -> list[Event]:
-    events = _feed_chunks(codec, [data], {})
-    assert isinstance(events, list), events
-    return events
 
 
 # --- hostile input -----------------------------------------------------------------------
