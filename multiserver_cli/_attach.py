@@ -15,7 +15,7 @@ import signal
 import struct
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import attrs
@@ -26,6 +26,8 @@ from multiserver_cli import _proxy
 from multiserver_cli._sessions import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
+# Closes a session whose program exited: collect it, forget its saved session.
+CloseExited = Callable[[Client, ChildInfo], Awaitable[None]]
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
 EXIT_NOTICE_WAIT = 5.0
 
@@ -76,8 +78,10 @@ async def run_attached(
     detach_key: bytes | None,
     redraw: Redraw,
     say: Callable[[str], None],
+    close_exited: CloseExited,
 ) -> int:
     """Attach this terminal to ``child`` whose ``master`` we hold (and own).
+    A program that exits meanwhile is closed with ``close_exited``.
     Returns the exit status for the command."""
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if not os.isatty(stdin):
@@ -144,8 +148,7 @@ async def run_attached(
         return 0
     if outcome.exit_code is not None:
         code = outcome.exit_code
-        with contextlib.suppress(MultiserverError):
-            await client.collect(child.id)
+        await close_exited(client, child)
         say(f"[{name} exited with code {code}]")
         return exit_status(code)
     await client.release([child.id])
@@ -171,13 +174,16 @@ def _drain_rest(master: int, stdout: int) -> None:
 
 
 async def attach_exited(
-    client: Client, child: ChildInfo, replay: bytes, say: Callable[[str], None]
+    client: Client,
+    child: ChildInfo,
+    replay: bytes,
+    say: Callable[[str], None],
+    close_exited: CloseExited,
 ) -> int:
-    """The session had already exited: show what it wrote, collect it."""
+    """The session had already exited: show what it wrote, close it."""
     if replay:
         _proxy.write_all(sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
-    with contextlib.suppress(MultiserverError):
-        await client.collect(child.id)
+    await close_exited(client, child)
     say(f"[{child.name} exited with code {code}]")
     return exit_status(code)

@@ -133,6 +133,7 @@ async def cmd_new(args: Namespace) -> int:
             detach_key=args.detach_key,
             redraw=args.redraw,
             say=say,
+            close_exited=_state.close_exited,
         )
 
 
@@ -164,7 +165,9 @@ async def cmd_attach(args: Namespace) -> int:
                 + replay
             )
         if result.master is None:
-            return await _attach.attach_exited(client, result.child, replay, say)
+            return await _attach.attach_exited(
+                client, result.child, replay, say, _state.close_exited
+            )
         return await _attach.run_attached(
             client,
             result.child,
@@ -173,6 +176,7 @@ async def cmd_attach(args: Namespace) -> int:
             detach_key=args.detach_key,
             redraw=args.redraw,
             say=say,
+            close_exited=_state.close_exited,
         )
 
 
@@ -249,7 +253,7 @@ async def cmd_kill(args: Namespace) -> int:
     only_signal = args.signal is not None
     # The durable close: staged first, so a crash from here on is finished
     # by the next run (a bare signal closes nothing unless the child ends).
-    staged = None if only_signal else _state.stage_close(child.name)
+    staged = None if only_signal else _state.stage_close(found.socket, found.instance_id, child)
     async with bounded("kill"), open_client(found.socket) as client:
         code = child.exit_code
         if child.state == "running":
@@ -261,10 +265,10 @@ async def cmd_kill(args: Namespace) -> int:
             )
             return 0
         if only_signal:
-            staged = _state.stage_close(child.name)
+            staged = _state.stage_close(found.socket, found.instance_id, child)
         with contextlib.suppress(RequestFailed):
             await client.collect(child.id)
     if staged is not None:
-        _state.complete_close(child.name, staged.ref)
+        _state.complete_close(staged.name, staged.ref)
     print(f"{child.name}: ended (exit code {code})", file=sys.stderr)
     return 0

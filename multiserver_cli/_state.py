@@ -75,17 +75,38 @@ def record_new(child: ChildInfo, socket: Path, instance_id: str, window: str) ->
             warn(f"could not save session {leaf.name}: {exc}")
 
 
-def stage_close(name: str) -> SessionLeaf | None:
+def stage_close(socket: Path, instance_id: str, child: ChildInfo) -> SessionLeaf | None:
+    """Stage the durable close of the saved session whose child this is
+    (found by daemon socket, instance and child id, so an adopted session
+    saved under another name is found too). None if no leaf has it."""
     with open_store() as store:
         if store is None:
             return None
         try:
-            return store.stage_close(name)
+            for leaf in store.load().leaves():
+                ref = leaf.ref
+                if ref is not None and (ref.socket, ref.instance_id, ref.child_id) == (
+                    str(socket),
+                    instance_id,
+                    child.id,
+                ):
+                    return store.stage_close(leaf.name)
+            return None
         except KeyError:
             return None
         except StoreError as exc:
-            warn(f"could not save the close of {name}: {exc}")
+            warn(f"could not save the close of {child.name}: {exc}")
             return None
+
+
+async def close_exited(client: Client, child: ChildInfo) -> None:
+    """A session whose program exited: stage its close, collect the child,
+    complete the close."""
+    staged = stage_close(client.socket_path, client.instance_id, child)
+    with contextlib.suppress(MultiserverError):
+        await client.collect(child.id)
+    if staged is not None:
+        complete_close(staged.name, staged.ref)
 
 
 def complete_close(name: str, ref: RestorationRef | None) -> None:
