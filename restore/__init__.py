@@ -5,8 +5,14 @@ Public API (everything else is private and may change)::
     store, warning = ArrangementStore.open_or_quarantine()
     store.add_session(SessionLeaf("build", ["make"], "/src"), window="main")
     arrangement = store.load()
+
+    async with trio.open_nursery() as nursery:
+        result = await restore_arrangement(arrangement, nursery=nursery, timeout=10)
+
+See docs/restore.md.
 """
 
+from restore._build import RestoredSession
 from restore._model import (
     SCROLLBACK_LIMIT,
     Arrangement,
@@ -17,6 +23,9 @@ from restore._model import (
     Window,
     bounded_scrollback,
 )
+from restore._partial import DaemonAttachment, PhaseResult
+from restore._plan import OUTCOMES, Options, Outcome
+from restore._restore import RestoreResult, close_late, release_claims, restore_arrangement
 from restore._store import (
     ArrangementStore,
     PendingClose,
@@ -26,11 +35,18 @@ from restore._store import (
 )
 
 __all__ = [
+    "OUTCOMES",
     "SCROLLBACK_LIMIT",
     "Arrangement",
     "ArrangementStore",
+    "DaemonAttachment",
+    "Options",
+    "Outcome",
     "PendingClose",
+    "PhaseResult",
     "RestorationRef",
+    "RestoreResult",
+    "RestoredSession",
     "SessionLeaf",
     "Split",
     "StoreCorrupt",
@@ -39,4 +55,7 @@ __all__ = [
     "Tab",
     "Window",
     "bounded_scrollback",
+    "close_late",
+    "release_claims",
+    "restore_arrangement",
 ]

@@ -29,14 +29,19 @@ from restore._plan import (
     decide_timed_out,
     relaunch_notice,
 )
-from restore._store import ArrangementStore
+from restore._store import ArrangementStore, StoreError
 
 
 @attrs.define
 class RestoredSession:
     """One leaf's outcome. With ``master`` set, the caller owns that fd and
     ``client`` is the connection that holds the child (keep it open while you
-    use the fd). ``replay`` is what to show before the live output."""
+    use the fd). ``replay`` is what to show before the live output.
+
+    ``elapsed`` is this session's own time, in seconds: how long its daemon
+    took to answer, counted from the restore's start (the whole phase if it
+    did not answer, nothing without a daemon), plus carrying out its outcome.
+    A slow daemon delays only its own sessions' figure."""
 
     leaf: SessionLeaf
     outcome: Outcome
@@ -55,6 +60,7 @@ class _Pending:
     decision: Decision
     daemon: str
     attachment: DaemonAttachment | None = None
+    waited: float = 0.0  # until its daemon answered (or the phase resolved)
 
 
 def decide_all(plan: Plan, phase: PhaseResult, timeout: float, options: Options) -> list[_Pending]:
@@ -64,12 +70,13 @@ def decide_all(plan: Plan, phase: PhaseResult, timeout: float, options: Options)
     ]
     for target in phase.timed_out:
         out += [
-            _Pending(leaf, decide_timed_out(timeout, options), target.socket)
+            _Pending(leaf, decide_timed_out(timeout, options), target.socket, None, phase.elapsed)
             for leaf in target.leaves
         ]
     for socket, att in phase.attachments.items():
         for gone in att.gone:
-            out.append(_Pending(gone.leaf, decide_gone(gone.reason, options), socket, att))
+            decision = decide_gone(gone.reason, options)
+            out.append(_Pending(gone.leaf, decision, socket, att, att.elapsed))
         by_name = {leaf.name: leaf for leaf in att.target.leaves}
         for name, result in att.claimed.items():
             answer = ClaimAnswer(
@@ -77,7 +84,8 @@ def decide_all(plan: Plan, phase: PhaseResult, timeout: float, options: Options)
                 result.error.errno if result.error else 0,
                 result.error.message if result.error else "",
             )
-            out.append(_Pending(by_name[name], decide_claimed(answer, options), socket, att))
+            decision = decide_claimed(answer, options)
+            out.append(_Pending(by_name[name], decision, socket, att, att.elapsed))
     order = {leaf.name: i for i, leaf in enumerate(plan_leaves(plan))}
     out.sort(key=lambda p: order[p.leaf.name])
     return out
@@ -106,7 +114,6 @@ async def build_sessions(
     store: ArrangementStore | None,
     hold: bool,
     progress: Callable[[RestoredSession], None] | None = None,
-    started: float = 0.0,
 ) -> list[RestoredSession]:
     """Give every leaf its outcome and carry it out.
 
@@ -115,7 +122,10 @@ async def build_sessions(
     sessions are handed over either way (close them if unused).
 
     Cancellation: sessions already relaunched stay running (and saved);
-    fds not yet handed over are closed by their attachments' owners.
+    the fds of the sessions built so far are closed (they were never
+    returned) and the relaunch connection too, which gives those children
+    back to their daemon; fds not yet handed over are closed by their
+    attachments' owners.
     """
     pending = decide_all(plan, phase, timeout, options)
     avoid = {t.socket for t in phase.timed_out}
@@ -123,18 +133,27 @@ async def build_sessions(
     results: list[RestoredSession] = []
     try:
         for p in pending:
-            session = await _carry_out(p, relauncher, store, hold, started)
+            session = await _carry_out(p, relauncher, store, hold)
             results.append(session)
             if progress is not None:
                 progress(session)
+    except BaseException:
+        for s in results:
+            if s.master is not None:
+                os.close(s.master)
+                s.master = None
+        if relauncher.client is not None:
+            relauncher.client.close()
+        raise
     finally:
         relauncher.close_if_unused()
     return results
 
 
 async def _carry_out(
-    p: _Pending, relauncher: _Relauncher, store: ArrangementStore | None, hold: bool, started: float
+    p: _Pending, relauncher: _Relauncher, store: ArrangementStore | None, hold: bool
 ) -> RestoredSession:
+    t0 = trio.current_time()
     d, leaf, att = p.decision, p.leaf, p.attachment
     session = RestoredSession(leaf, d.outcome, d.detail, p.daemon, 0.0)
     if d.outcome == "attached" and att is not None:
@@ -154,7 +173,7 @@ async def _carry_out(
         with contextlib.suppress(MultiserverError):
             await att.client.collect(result.child.id)
     if d.close and store is not None:
-        await trio.to_thread.run_sync(_durable_close, store, leaf.name)
+        await _save(session, _durable_close, store, leaf.name)
     if d.relaunch:
         try:
             launched_leaf, master, client = await relauncher.launch(leaf, hold=hold)
@@ -167,9 +186,21 @@ async def _carry_out(
             session.master, session.client, session.replay = master, client, notice
             session.daemon = str(relauncher.paths.socket)
             if store is not None:
-                await trio.to_thread.run_sync(store.update_session, session.leaf)
-    session.elapsed = trio.current_time() - started
+                await _save(session, store.update_session, session.leaf)
+    session.elapsed = p.waited + (trio.current_time() - t0)
     return session
+
+
+async def _save(session: RestoredSession, change: Callable[..., None], *args: object) -> None:
+    """One change to the store, in a thread. A store that cannot take it (a
+    newer schema is read-only, busy past its timeout, the leaf removed
+    meanwhile) costs the session nothing: the detail says it was not saved."""
+    try:
+        await trio.to_thread.run_sync(change, *args)
+    except KeyError:
+        session.detail += "; not saved: the session is no longer in the saved arrangement"
+    except StoreError as exc:
+        session.detail += f"; not saved: {exc}"
 
 
 def _durable_close(store: ArrangementStore, name: str) -> None:
@@ -211,7 +242,6 @@ class _Relauncher:
         self, leaf: SessionLeaf, *, hold: bool
     ) -> tuple[SessionLeaf, int | None, Client]:
         client = await self._get()
-        self._used = True
         cwd = leaf.cwd if os.path.isdir(leaf.cwd) else os.path.expanduser("~")
         try:
             with trio.fail_after(self._timeout):
@@ -225,9 +255,12 @@ class _Relauncher:
                     hold=hold,
                 )
         except trio.TooSlowError:
-            raise MultiserverError(f"launch did not answer within {self._timeout:g} s") from None
+            # A daemon that stops answering is waited for once, not once per session.
+            self._error = MultiserverError(f"launch did not answer within {self._timeout:g} s")
+            raise self._error from None
         except RequestFailed as exc:
             raise MultiserverError(exc.message) from None
+        self._used = True  # a session holds the client now: the caller closes it
         child = launched.child
         ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
         return attrs.evolve(leaf, ref=ref, cwd=cwd), launched.master, client

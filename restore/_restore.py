@@ -66,8 +66,13 @@ async def restore_arrangement(
     claimed children read there, and partial attaches still running after the
     deadline finish there and go to ``on_late`` (cancel it to abandon them).
 
-    Cancellation: relaunched sessions stay running; every claimed fd not yet
-    handed over is closed, and the children go back to their daemons.
+    The caller owns every returned ``master`` and ``client`` (sessions of one
+    daemon share its client); connections no session uses are closed before
+    this returns. ``release_claims`` gives everything back.
+
+    Cancellation: relaunched sessions stay running (and saved); every fd and
+    connection it got is closed (nothing was returned), so the children go
+    back to their daemons. Partial attaches still running are ``nursery``'s.
     """
     t0 = trio.current_time()
     plan = plan_restore(arrangement)
@@ -83,12 +88,17 @@ async def restore_arrangement(
             store=store,
             hold=hold,
             progress=progress,
-            started=t0,
         )
     except BaseException:
         for att in result.attachments.values():
             att.close()
         raise
+    # A connection no session holds a child on (its children were gone, ended
+    # or refused) has no owner among the results: close it here.
+    used = {id(s.client) for s in sessions if s.client is not None}
+    for att in result.attachments.values():
+        if att.client is not None and id(att.client) not in used:
+            att.close()
     return RestoreResult(sessions, result, trio.current_time() - t0)
 
 

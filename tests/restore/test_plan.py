@@ -1,0 +1,268 @@
+"""The pure planner (restore/_plan.py): grouping leaves by daemon, matching
+them to the children a daemon reports (by instance id and child id, never by
+pid), and the outcome rules for every answer and option. No I/O, no trio."""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import pytest
+
+from multiserver import ChildInfo
+from restore import Arrangement, RestorationRef, SessionLeaf, Split, Tab, Window
+from restore._plan import (
+    OUTCOMES,
+    RELAUNCH_MARKER,
+    ClaimAnswer,
+    DaemonTarget,
+    Decision,
+    Options,
+    decide_claimed,
+    decide_gone,
+    decide_timed_out,
+    match_children,
+    plan_restore,
+    relaunch_notice,
+)
+
+SOCK_A = "/run/ms/multiserver-daemon-1.socket"
+SOCK_B = "/run/ms/multiserver-daemon-2.socket"
+RELAUNCH = Options()
+NO_RELAUNCH = Options(relaunch=False)
+RELAUNCH_ENDED = Options(relaunch_ended=True)
+EVERY_OPTION = [Options(relaunch=r, relaunch_ended=e) for r in (True, False) for e in (False, True)]
+
+
+def leaf(name: str, ref: RestorationRef | None = None, **kw: Any) -> SessionLeaf:
+    return SessionLeaf(name, ["sh"], "/", ref=ref, **kw)
+
+
+def ref(
+    socket: str = SOCK_A, instance: str = "inst-a", child_id: int = 1, pid: int = 100
+) -> RestorationRef:
+    return RestorationRef(socket, instance, child_id, pid)
+
+
+def child(child_id: int, pid: int = 100, *, exit_code: int | None = None) -> ChildInfo:
+    return ChildInfo(
+        id=child_id,
+        pid=pid,
+        name=f"c{child_id}",
+        argv=["sh"],
+        cwd="/",
+        tty=f"/dev/pts/{child_id}",
+        rows=24,
+        cols=80,
+        state="running" if exit_code is None else "exited",
+        exit_code=exit_code,
+        held=False,
+        buffered_bytes=0,
+        dropped_bytes=0,
+        started_at=0.0,
+        exited_at=None if exit_code is None else 1.0,
+        linger=None,
+    )
+
+
+# --- plan_restore --------------------------------------------------------------------
+
+
+def test_plan_groups_leaves_by_daemon_socket_in_arrangement_order() -> None:
+    a1, a2 = leaf("a1", ref(SOCK_A, child_id=1)), leaf("a2", ref(SOCK_A, child_id=2))
+    b1 = leaf("b1", ref(SOCK_B, "inst-b", 1))
+    new = leaf("new")
+    arrangement = Arrangement(
+        [
+            Window("main", [Tab(Split(True, [a1, Split(False, [b1, new])])), Tab(a2)]),
+            Window("other", [Tab(leaf("late", ref(SOCK_B, "inst-b", 2)))]),
+        ]
+    )
+    plan = plan_restore(arrangement)
+    assert [t.socket for t in plan.targets] == [SOCK_A, SOCK_B]
+    assert [x.name for x in plan.targets[0].leaves] == ["a1", "a2"]
+    assert [x.name for x in plan.targets[1].leaves] == ["b1", "late"]
+    assert plan.unreferenced == (new,)
+
+
+def test_plan_of_an_empty_arrangement_has_nothing_to_do() -> None:
+    plan = plan_restore(Arrangement())
+    assert plan.targets == () and plan.unreferenced == ()
+
+
+def test_every_leaf_is_in_the_plan_exactly_once() -> None:
+    leaves = [
+        leaf(f"s{i}", ref(SOCK_A if i % 2 else SOCK_B, child_id=i) if i % 3 else None)
+        for i in range(12)
+    ]
+    plan = plan_restore(Arrangement([Window("main", [Tab(x) for x in leaves])]))
+    planned = [*plan.unreferenced, *(x for t in plan.targets for x in t.leaves)]
+    assert sorted(x.name for x in planned) == sorted(x.name for x in leaves)
+
+
+# --- match_children ------------------------------------------------------------------
+
+
+def test_match_claims_leaves_whose_child_the_daemon_reports() -> None:
+    target = DaemonTarget(SOCK_A, (leaf("x", ref(child_id=1)), leaf("y", ref(child_id=2))))
+    to_claim, gone = match_children(target, "inst-a", [child(1), child(2), child(3)])
+    assert [x.name for x in to_claim] == ["x", "y"] and gone == []
+
+
+def test_match_another_instance_means_every_child_is_gone() -> None:
+    target = DaemonTarget(SOCK_A, (leaf("x", ref(child_id=1)), leaf("y", ref(child_id=2))))
+    # The restarted daemon happens to have children with the same ids.
+    to_claim, gone = match_children(target, "inst-new", [child(1), child(2)])
+    assert to_claim == []
+    assert [g.leaf.name for g in gone] == ["x", "y"]
+    assert all("another instance" in g.reason for g in gone)
+
+
+def test_match_unknown_child_id_is_gone() -> None:
+    target = DaemonTarget(SOCK_A, (leaf("x", ref(child_id=1)), leaf("y", ref(child_id=7))))
+    to_claim, gone = match_children(target, "inst-a", [child(1)])
+    assert [x.name for x in to_claim] == ["x"]
+    assert [(g.leaf.name, g.reason) for g in gone] == [("y", "child 7 is unknown to the daemon")]
+
+
+def test_match_never_uses_the_pid() -> None:
+    # Same id, another pid (pids are not trusted, ids are): claimed.
+    same_id = DaemonTarget(SOCK_A, (leaf("x", ref(child_id=1, pid=100)),))
+    to_claim, gone = match_children(same_id, "inst-a", [child(1, pid=999)])
+    assert [x.name for x in to_claim] == ["x"] and gone == []
+    # The saved pid is alive under another id (a reused pid): gone.
+    same_pid = DaemonTarget(SOCK_A, (leaf("y", ref(child_id=2, pid=100)),))
+    to_claim, gone = match_children(same_pid, "inst-a", [child(5, pid=100)])
+    assert to_claim == [] and [g.leaf.name for g in gone] == ["y"]
+    # Same pid and id on another instance: still gone.
+    to_claim, gone = match_children(same_id, "inst-b", [child(1, pid=100)])
+    assert to_claim == [] and len(gone) == 1
+
+
+def test_match_with_no_children_reported() -> None:
+    target = DaemonTarget(SOCK_A, (leaf("x", ref(child_id=1)),))
+    to_claim, gone = match_children(target, "inst-a", [])
+    assert to_claim == [] and [g.leaf.name for g in gone] == ["x"]
+
+
+# --- decide_claimed ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", EVERY_OPTION)
+def test_claimed_running_child_is_attached(options: Options) -> None:
+    d = decide_claimed(ClaimAnswer(child(1, pid=4321)), options)
+    assert d == Decision("attached", "pid 4321", relaunch=False, collect=False, close=False)
+
+
+@pytest.mark.parametrize("options", [RELAUNCH, NO_RELAUNCH])
+def test_claimed_exited_child_is_ended_collected_and_closed(options: Options) -> None:
+    d = decide_claimed(ClaimAnswer(child(1, exit_code=3)), options)
+    assert d.outcome == "ended"
+    assert d.detail == "session ended (exit code 3)"
+    assert (d.relaunch, d.collect, d.close) == (False, True, True)
+
+
+def test_claimed_child_killed_by_a_signal_reports_the_negative_code() -> None:
+    d = decide_claimed(ClaimAnswer(child(1, exit_code=-9)), RELAUNCH)
+    assert d.outcome == "ended" and "exit code -9" in d.detail
+
+
+@pytest.mark.parametrize("options", [RELAUNCH_ENDED, Options(relaunch=False, relaunch_ended=True)])
+def test_relaunch_ended_starts_an_exited_session_again(options: Options) -> None:
+    d = decide_claimed(ClaimAnswer(child(1, exit_code=0)), options)
+    assert d.outcome == "relaunched"
+    assert "exited with code 0" in d.detail
+    # Collected (its status was read) but not closed: the session lives on.
+    assert (d.relaunch, d.collect, d.close) == (True, True, False)
+
+
+def test_claim_of_an_unknown_child_is_gone_and_relaunched() -> None:
+    answer = ClaimAnswer(None, errno.ENOENT, "no child 1")
+    assert decide_claimed(answer, RELAUNCH) == decide_gone(
+        "the child is unknown to the daemon", RELAUNCH
+    )
+    d = decide_claimed(answer, NO_RELAUNCH)
+    assert d.outcome == "relaunched" and d.relaunch is False
+
+
+@pytest.mark.parametrize("options", EVERY_OPTION)
+def test_claim_of_a_child_held_elsewhere_fails(options: Options) -> None:
+    d = decide_claimed(ClaimAnswer(None, errno.EBUSY, "session x is held"), options)
+    assert d.outcome == "failed"
+    assert "held by another client" in d.detail
+    assert (d.relaunch, d.collect, d.close) == (False, False, False)
+
+
+def test_other_claim_errors_fail_with_the_daemons_message_or_errno() -> None:
+    d = decide_claimed(ClaimAnswer(None, errno.EPERM, "not yours"), RELAUNCH)
+    assert (d.outcome, d.detail, d.relaunch) == ("failed", "not yours", False)
+    d = decide_claimed(ClaimAnswer(None, errno.EIO), RELAUNCH)
+    assert (d.outcome, d.detail) == ("failed", f"claim failed (errno {errno.EIO})")
+
+
+# --- decide_gone, decide_timed_out -----------------------------------------------------
+
+
+def test_gone_is_relaunched_unless_no_relaunch() -> None:
+    d = decide_gone("daemon unreachable", RELAUNCH)
+    assert d.outcome == "relaunched" and d.relaunch is True
+    assert d.detail.startswith("daemon unreachable; ") and "new one started" in d.detail
+    d = decide_gone("daemon unreachable", NO_RELAUNCH)
+    assert d.outcome == "relaunched" and d.relaunch is False
+    assert "not relaunched (--no-relaunch)" in d.detail
+    for options in EVERY_OPTION:
+        assert decide_gone("x", options).collect is False
+        assert decide_gone("x", options).close is False
+
+
+def test_relaunch_ended_alone_does_not_change_gone_or_timed_out() -> None:
+    assert decide_gone("x", RELAUNCH_ENDED) == decide_gone("x", RELAUNCH)
+    assert decide_timed_out(10, RELAUNCH_ENDED) == decide_timed_out(10, RELAUNCH)
+
+
+def test_timed_out_is_relaunched_unless_no_relaunch() -> None:
+    d = decide_timed_out(10.0, RELAUNCH)
+    assert d == Decision(
+        "timed-out", "daemon did not answer within 10 s; new one started", relaunch=True
+    )
+    d = decide_timed_out(0.25, NO_RELAUNCH)
+    assert d == Decision(
+        "timed-out",
+        "daemon did not answer within 0.25 s; not relaunched (--no-relaunch)",
+        relaunch=False,
+    )
+
+
+def test_every_outcome_is_reachable_from_the_rules() -> None:
+    produced = {
+        decide_claimed(ClaimAnswer(child(1)), RELAUNCH).outcome,
+        decide_claimed(ClaimAnswer(child(1, exit_code=0)), RELAUNCH).outcome,
+        decide_gone("x", RELAUNCH).outcome,
+        decide_timed_out(1, RELAUNCH).outcome,
+        decide_claimed(ClaimAnswer(None, errno.EBUSY), RELAUNCH).outcome,
+    }
+    assert produced == set(OUTCOMES)
+
+
+# --- relaunch_notice -------------------------------------------------------------------
+
+
+def test_notice_without_scrollback_is_the_marker_line() -> None:
+    notice = relaunch_notice(leaf("x"), "daemon gone")
+    assert notice == f"\x1b[0m{RELAUNCH_MARKER}\r\n(daemon gone)\r\n".encode()
+
+
+def test_notice_shows_scrollback_then_the_marker_on_its_own_line() -> None:
+    notice = relaunch_notice(leaf("x", scrollback=b"$ make\r\nok"), "why")
+    assert notice.startswith(b"$ make\r\nok\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+    # Scrollback that ends a line gets no extra blank line.
+    notice = relaunch_notice(leaf("x", scrollback=b"$ ls\r\n"), "why")
+    assert notice.startswith(b"$ ls\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+    assert notice.endswith(b"\r\n(why)\r\n")
+
+
+def test_notice_keeps_the_scrollback_byte_exact() -> None:
+    scrollback = bytes(range(256)) + b"\x1b[31mred\x1b[0m\n"
+    notice = relaunch_notice(leaf("x", scrollback=scrollback), "why")
+    assert notice[: len(scrollback)] == scrollback
+    assert notice.index(RELAUNCH_MARKER.encode()) > len(scrollback)

@@ -1,0 +1,760 @@
+"""restore_arrangement against simulated daemons (multiserver.testing), under
+trio's autojump clock: deadlines are exact in virtual time and a test takes
+milliseconds of wall time. No real process is started: ``start_daemon`` is
+replaced so that a relaunch finding no sim at its socket fails instead.
+
+Relaunches go to daemon number N of the test's runtime dir (``ms_dirs`` points
+MULTISERVER_RUNTIME_DIR at a short private dir), where a test binds a
+SimDaemon at ``DaemonPaths.for_number(N).socket``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from multiserver import DaemonPaths, MultiserverError, open_client
+from multiserver.testing import Behavior, Claim, Hello, Launch, SimChild, SimDaemon
+from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf, Tab, Window
+from restore._build import RestoredSession
+from restore._partial import DaemonAttachment
+from restore._plan import RELAUNCH_MARKER, Options, relaunch_notice
+from restore._restore import RestoreResult, release_claims, restore_arrangement
+from tests.conftest import MsDirs
+
+TIMEOUT = 10.0
+
+
+# --- helpers -----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_real_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relaunch that finds no sim must not spawn a real daemon."""
+
+    async def refuse(*_args: Any, **_kw: Any) -> int:
+        raise MultiserverError("daemon failed to start: no real daemons in harness tests")
+
+    monkeypatch.setattr("multiserver._start.start_daemon", refuse)
+
+
+@pytest.fixture(autouse=True)
+def every_fd_closed() -> Iterator[None]:
+    """Whatever a test opened (sims, clients, claimed fds) is closed when it
+    ends: checked after its trio run, so trio's own fds are gone too."""
+    with no_fd_leak():
+        yield
+
+
+@pytest.fixture
+def workdir(ms_dirs: MsDirs) -> Path:
+    """An existing directory for sessions' saved cwd."""
+    d = ms_dirs.root / "work"
+    d.mkdir()
+    return d
+
+
+def open_fds() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
+def close_fd(fd: int | None) -> None:
+    if fd is not None:
+        trio.lowlevel.notify_closing(fd)
+        os.close(fd)
+
+
+async def read_fd(fd: int) -> bytes:
+    await trio.lowlevel.wait_readable(fd)
+    return os.read(fd, 65536)
+
+
+async def check_fd_reaches(fd: int | None, child: SimChild) -> None:
+    """``fd`` is a working master of ``child``: output both ways."""
+    assert fd is not None
+    child.write_output(f"out of {child.name}\r\n".encode())
+    assert await read_fd(fd) == f"out of {child.name}\r\n".encode()
+    os.write(fd, b"typed\r")
+    assert await child.read_input() == b"typed\r"
+
+
+def leaf_of(sim: SimDaemon, child: SimChild, cwd: Path, **kw: Any) -> SessionLeaf:
+    ref = RestorationRef(str(sim.socket_path), sim.instance_id, child.id, child.pid)
+    return SessionLeaf(child.name, list(child.argv), str(cwd), ref=ref, **kw)
+
+
+def arranged(leaves: Sequence[SessionLeaf]) -> Arrangement:
+    return Arrangement([Window("main", [Tab(leaf) for leaf in leaves])])
+
+
+def by_name(result: RestoreResult) -> dict[str, RestoredSession]:
+    return {s.leaf.name: s for s in result.sessions}
+
+
+def launches(sim: SimDaemon) -> list[Launch]:
+    return [m for m in sim.received if isinstance(m, Launch)]
+
+
+@contextlib.asynccontextmanager
+async def serving(*sims: SimDaemon) -> AsyncIterator[None]:
+    """Every sim serves for the length of the block (in one nursery, so a
+    failure inside comes out wrapped once, not once per sim)."""
+    async with trio.open_nursery() as nursery:
+        for sim in sims:
+            await nursery.start(sim.serve)
+        try:
+            yield
+        finally:
+            for sim in sims:
+                sim.stop()
+
+
+@contextlib.contextmanager
+def no_fd_leak() -> Iterator[None]:
+    """Every fd opened inside the block (sims included) is closed at its end."""
+    before = open_fds()
+    yield
+    leaked = open_fds() - before
+    links = {}
+    for fd in leaked:
+        with contextlib.suppress(OSError):
+            links[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    assert not leaked, f"fds left open: {links}"
+
+
+def sim_at(number: int, **kw: Any) -> SimDaemon:
+    """A sim at daemon number ``number``'s socket: where relaunches go."""
+    return SimDaemon(DaemonPaths.for_number(number).socket, **kw)
+
+
+# --- ten daemons, one wedged ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("wedge", [Hello, Claim], ids=["on-hello", "on-claim"])
+async def test_ten_daemons_one_wedged_resolves_at_exactly_the_deadline(
+    ms_dirs: MsDirs, workdir: Path, wedge: type, autojump_clock: trio.testing.MockClock
+) -> None:
+    with no_fd_leak():
+        relauncher = sim_at(1)
+        sims = [SimDaemon(ms_dirs.runtime / f"sim-{i}.sock") for i in range(10)]
+        wedged = sims[3]
+        wedged.behavior = Behavior.on(wedge, hang=True)
+        children = {
+            f"d{i}-{j}": sim.add_child(["sh"], name=f"d{i}-{j}")
+            for i, sim in enumerate(sims)
+            for j in range(2)
+        }
+        owner = {name: sims[int(name[1])] for name in children}
+        leaves = [leaf_of(owner[n], c, workdir) for n, c in children.items()]
+        async with serving(relauncher, *sims), trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            result = await restore_arrangement(arranged(leaves), nursery=nursery, timeout=TIMEOUT)
+            assert trio.current_time() - t0 == TIMEOUT
+            assert result.phase.elapsed == TIMEOUT
+            assert [t.socket for t in result.phase.timed_out] == [str(wedged.socket_path)]
+            assert len(result.phase.attachments) == 9
+
+            sessions = by_name(result)
+            assert list(sessions) == [leaf.name for leaf in leaves]
+            for name, s in sessions.items():
+                if owner[name] is wedged:
+                    assert s.outcome == "timed-out", s
+                    assert s.daemon == str(relauncher.socket_path)
+                    assert s.elapsed == TIMEOUT
+                    continue
+                assert s.outcome == "attached", s
+                assert s.daemon == str(owner[name].socket_path)
+                assert s.elapsed == 0.0  # its daemon answered at once
+                await check_fd_reaches(s.master, children[name])
+
+            # The wedged daemon's sessions started again on the live one.
+            assert launches(wedged) == []
+            relaunched = {c.name: c for c in relauncher.children}
+            assert sorted(relaunched) == ["d3-0", "d3-1"]
+            for name, c in relaunched.items():
+                assert c.cwd == str(workdir) and c.held
+                await check_fd_reaches(sessions[name].master, c)
+            assert result.ok
+
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+        for sim in sims:
+            assert not any(c.held for c in sim.children)
+
+
+# --- every outcome -----------------------------------------------------------------------
+
+
+async def test_every_outcome_in_one_restore(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1, missing_commands=["no-such-command"])
+    a = SimDaemon(ms_dirs.runtime / "a.sock", instance_id="a-now")
+    w = SimDaemon(ms_dirs.runtime / "w.sock", behavior=Behavior.on(Claim, hang=True))
+    running = a.add_child(["vim"], name="att")
+    running.write_output(b"buffered while nobody held it\r\n")
+    done = a.add_child(["make"], name="done")
+    done.exit(3)
+    busy = a.add_child(["sh"], name="busy")
+    old = a.add_child(["sh"], name="moved")
+    slow = w.add_child(["top"], name="slow")
+
+    gone_ref = RestorationRef(str(ms_dirs.runtime / "gone.sock"), "x", 1, 42)
+    leaves = [
+        leaf_of(a, running, workdir),
+        leaf_of(a, done, workdir),
+        leaf_of(a, busy, workdir),
+        attrs.evolve(
+            leaf_of(a, old, workdir, scrollback=b"old screen"),
+            ref=RestorationRef(str(a.socket_path), "a-before", old.id, old.pid),
+        ),
+        SessionLeaf(
+            "unknown", ["sh"], str(workdir), ref=RestorationRef(str(a.socket_path), "a-now", 99, 7)
+        ),
+        SessionLeaf("gone", ["sh"], str(workdir), ref=gone_ref, scrollback=b"$ echo hi\r\nhi\r\n"),
+        SessionLeaf("fresh", ["sh"], str(workdir)),
+        leaf_of(w, slow, workdir),
+        SessionLeaf("broken", ["no-such-command"], str(workdir), ref=gone_ref),
+    ]
+    seen: list[str] = []
+    async with serving(relauncher, a, w), trio.open_nursery() as nursery:
+        async with open_client(a.socket_path) as other:
+            [held] = await other.claim([busy.id])
+            close_fd(held.master)
+            result = await restore_arrangement(
+                arranged(leaves),
+                nursery=nursery,
+                timeout=TIMEOUT,
+                progress=lambda s: seen.append(s.leaf.name),
+            )
+        s = by_name(result)
+        # Live progress, one per leaf, in the plan's order: leaves without a
+        # daemon first, then daemon by daemon (as first named in the arrangement).
+        order = ["fresh", "att", "done", "busy", "moved", "unknown", "gone", "broken", "slow"]
+        assert seen == order
+        assert [x.leaf.name for x in result.sessions] == order
+        assert {x.outcome for x in result.sessions} == {
+            "attached",
+            "ended",
+            "relaunched",
+            "timed-out",
+            "failed",
+        }
+        assert not result.ok
+
+        assert s["att"].outcome == "attached"
+        assert s["att"].replay == b"buffered while nobody held it\r\n"
+        assert s["att"].client is not None
+        await check_fd_reaches(s["att"].master, running)
+
+        assert (s["done"].outcome, s["done"].exit_code) == ("ended", 3)
+        assert s["done"].master is None and "exit code 3" in s["done"].detail
+        assert done.id not in [c.id for c in a.children]  # collected
+
+        assert s["busy"].outcome == "failed" and "held by another client" in s["busy"].detail
+        assert s["busy"].master is None
+
+        reasons = {
+            "moved": "another instance",
+            "unknown": "child 99 is unknown",
+            "gone": "daemon unreachable",
+            "fresh": "never started",
+        }
+        fresh = {c.name: c for c in relauncher.children}
+        for name, why in reasons.items():
+            x = s[name]
+            assert x.outcome == "relaunched" and why in x.detail, x
+            assert x.daemon == str(relauncher.socket_path)
+            c = fresh[name]
+            assert c.cwd == str(workdir) and c.argv == x.leaf.argv
+            assert x.leaf.ref == RestorationRef(
+                str(relauncher.socket_path), relauncher.instance_id, c.id, c.pid
+            )
+            assert x.replay == relaunch_notice(
+                leaves[[y.name for y in leaves].index(name)], x.detail
+            )
+            await check_fd_reaches(x.master, c)
+        assert s["gone"].replay.startswith(b"$ echo hi\r\nhi\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+        assert old.running and not old.held  # another instance's child is left alone
+
+        assert s["slow"].outcome == "timed-out" and "within 10 s" in s["slow"].detail
+        await check_fd_reaches(s["slow"].master, fresh["slow"])
+
+        assert s["broken"].outcome == "failed"
+        assert "relaunch failed: command not found: no-such-command" in s["broken"].detail
+        assert s["broken"].master is None
+
+        await release_claims(result)
+        nursery.cancel_scope.cancel()
+
+
+async def test_no_relaunch_reports_instead_of_starting(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1)
+    a = SimDaemon(ms_dirs.runtime / "a.sock")
+    w = SimDaemon(ms_dirs.runtime / "w.sock", behavior=Behavior.on(Hello, hang=True))
+    slow = w.add_child(name="slow")
+    leaves = [
+        SessionLeaf(
+            "unknown", ["sh"], "/", ref=RestorationRef(str(a.socket_path), a.instance_id, 5, 5)
+        ),
+        SessionLeaf("gone", ["sh"], "/", ref=RestorationRef(str(workdir / "x.sock"), "i", 1, 1)),
+        SessionLeaf("fresh", ["sh"], "/"),
+        leaf_of(w, slow, workdir),
+    ]
+    with no_fd_leak():
+        async with serving(relauncher, a, w), trio.open_nursery() as nursery:
+            result = await restore_arrangement(
+                arranged(leaves), nursery=nursery, timeout=TIMEOUT, options=Options(relaunch=False)
+            )
+            nursery.cancel_scope.cancel()
+        assert [(x.leaf.name, x.outcome) for x in result.sessions] == [
+            ("fresh", "relaunched"),
+            ("unknown", "relaunched"),
+            ("gone", "relaunched"),
+            ("slow", "timed-out"),
+        ]
+        saved = {leaf.name: leaf for leaf in leaves}
+        for x in result.sessions:
+            assert "not relaunched (--no-relaunch)" in x.detail
+            assert x.master is None and x.client is None
+            assert x.leaf == saved[x.leaf.name]  # no new ref: nothing started
+        assert result.ok  # reported, not failed
+        assert relauncher.received == [] and relauncher.children == []
+
+
+async def test_relaunch_ended_starts_an_exited_session_again(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1)
+    a = SimDaemon(ms_dirs.runtime / "a.sock")
+    done = a.add_child(["make"], name="build")
+    done.exit(0)
+    async with serving(relauncher, a), trio.open_nursery() as nursery:
+        result = await restore_arrangement(
+            arranged([leaf_of(a, done, workdir)]),
+            nursery=nursery,
+            timeout=TIMEOUT,
+            options=Options(relaunch_ended=True),
+        )
+        [s] = result.sessions
+        assert s.outcome == "relaunched" and "had exited with code 0" in s.detail
+        assert s.exit_code == 0
+        assert a.children == []  # the exited one was collected
+        [again] = relauncher.children
+        assert again.argv == ["make"] and again.cwd == str(workdir)
+        await check_fd_reaches(s.master, again)
+        await release_claims(result)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("default_number", [1, 4])
+async def test_relaunch_goes_to_a_live_daemon_never_the_wedged_one(
+    ms_dirs: MsDirs,
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    default_number: int,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The default daemon is the wedged one: the next number takes the relaunches.
+    monkeypatch.setenv("MULTISERVER_DAEMON", str(default_number))
+    wedged = sim_at(default_number, behavior=Behavior.on(Claim, hang=True))
+    live = sim_at(default_number + 1)
+    stuck = wedged.add_child(name="stuck")
+    gone = SessionLeaf(
+        "gone", ["sh"], str(workdir), ref=RestorationRef("/nonexistent.sock", "i", 1, 1)
+    )
+    async with serving(wedged, live), trio.open_nursery() as nursery:
+        result = await restore_arrangement(
+            arranged([leaf_of(wedged, stuck, workdir), gone]), nursery=nursery, timeout=TIMEOUT
+        )
+        assert [(s.outcome, s.daemon) for s in result.sessions] == [
+            ("timed-out", str(live.socket_path)),
+            ("relaunched", str(live.socket_path)),
+        ]
+        assert launches(wedged) == []
+        assert sorted(c.name for c in live.children) == ["gone", "stuck"]
+        await release_claims(result)
+        nursery.cancel_scope.cancel()
+
+
+async def test_relaunch_fails_when_no_daemon_can_be_started(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # No sim at the default socket, and (no_real_daemons) none can start.
+    leaves = [SessionLeaf(f"s{i}", ["sh"], str(workdir)) for i in range(3)]
+    with no_fd_leak():
+        async with trio.open_nursery() as nursery:
+            result = await restore_arrangement(arranged(leaves), nursery=nursery, timeout=TIMEOUT)
+    assert [s.outcome for s in result.sessions] == ["failed"] * 3
+    for s in result.sessions:
+        assert "relaunch failed: daemon failed to start" in s.detail
+    assert not result.ok
+
+
+@pytest.mark.parametrize(
+    "behavior",
+    [
+        Behavior.on(Hello, refuse=True),
+        Behavior.on(Hello, garbage=True),
+        Behavior.on(Hello, close=True),
+        Behavior.on(Claim, crash_mid_frame=True),
+        Behavior.on(Claim, garbage=True),
+        Behavior.on(Claim, wrong_version=True),
+    ],
+    ids=[
+        "hello-refused",
+        "hello-garbage",
+        "hello-closed",
+        "claim-crash",
+        "claim-garbage",
+        "claim-version",
+    ],
+)
+async def test_a_broken_daemon_gives_each_session_an_outcome(
+    ms_dirs: MsDirs, workdir: Path, behavior: Behavior, autojump_clock: trio.testing.MockClock
+) -> None:
+    with no_fd_leak():
+        relauncher = sim_at(1)
+        broken = SimDaemon(ms_dirs.runtime / "b.sock", behavior=behavior)
+        kids = [broken.add_child(name=f"k{i}") for i in range(2)]
+        async with serving(relauncher, broken), trio.open_nursery() as nursery:
+            result = await restore_arrangement(
+                arranged([leaf_of(broken, k, workdir) for k in kids]),
+                nursery=nursery,
+                timeout=TIMEOUT,
+            )
+            assert trio.current_time() == 0.0  # an error is an answer: no waiting
+            assert [s.outcome for s in result.sessions] == ["relaunched", "relaunched"]
+            assert result.phase.attachments[str(broken.socket_path)].error
+            for s in result.sessions:
+                assert "daemon" in s.detail and s.daemon == str(relauncher.socket_path)
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+
+
+# --- exactly once -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("others", [0, 4])
+@pytest.mark.parametrize(
+    "delay", [TIMEOUT - 1e-3, TIMEOUT, TIMEOUT + 1e-3], ids=["before", "at", "after"]
+)
+async def test_an_answer_at_the_deadline_is_delivered_exactly_once(
+    ms_dirs: MsDirs,
+    workdir: Path,
+    delay: float,
+    others: int,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    edge = SimDaemon(ms_dirs.runtime / "edge.sock", behavior=Behavior.on(Claim, delay=delay))
+    kid = edge.add_child(name="edge")
+    quick = [SimDaemon(ms_dirs.runtime / f"q{i}.sock") for i in range(others)]
+    leaves = [leaf_of(edge, kid, workdir)] + [
+        leaf_of(q, q.add_child(name=f"q{i}"), workdir) for i, q in enumerate(quick)
+    ]
+    late: list[DaemonAttachment] = []
+    got_late = trio.Event()
+
+    def on_late(att: DaemonAttachment) -> None:
+        late.append(att)
+        got_late.set()
+
+    with no_fd_leak():
+        async with serving(edge, *quick), trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            result = await restore_arrangement(
+                arranged(leaves),
+                nursery=nursery,
+                timeout=TIMEOUT,
+                options=Options(relaunch=False),
+                on_late=on_late,
+            )
+            assert trio.current_time() - t0 == min(delay, TIMEOUT)
+            with trio.move_on_after(2 * TIMEOUT):  # long after any answer
+                await got_late.wait()
+            await trio.sleep(TIMEOUT)
+            in_phase = str(edge.socket_path) in result.phase.attachments
+            # Never both, never neither.
+            assert int(in_phase) + len(late) == 1, (in_phase, late)
+            if delay < TIMEOUT:
+                assert in_phase
+            if delay > TIMEOUT:
+                assert late
+            [s] = [x for x in result.sessions if x.leaf.name == "edge"]
+            if in_phase:
+                assert s.outcome == "attached"
+                await check_fd_reaches(s.master, kid)
+            else:
+                assert s.outcome == "timed-out" and s.master is None
+                assert str(edge.socket_path) not in result.phase.attachments
+                await check_fd_reaches(late[0].claimed["edge"].master, kid)
+                late[0].close()
+            assert [x.outcome for x in result.sessions[1:]] == ["attached"] * others
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_late_arrival_goes_to_on_late_once_never_into_the_sessions(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1)
+    slow = SimDaemon(ms_dirs.runtime / "slow.sock", behavior=Behavior.on(Claim, delay=15))
+    kids = [slow.add_child(name=f"late{i}") for i in range(2)]
+    kids[0].write_output(b"kept for the adopter\r\n")
+    late: list[DaemonAttachment] = []
+    with no_fd_leak():
+        async with serving(relauncher, slow), trio.open_nursery() as nursery:
+            result = await restore_arrangement(
+                arranged([leaf_of(slow, k, workdir) for k in kids]),
+                nursery=nursery,
+                timeout=TIMEOUT,
+                on_late=late.append,
+            )
+            before = [(s.outcome, s.master, s.daemon, s.leaf) for s in result.sessions]
+            assert [s.outcome for s in result.sessions] == ["timed-out", "timed-out"]
+            assert late == []
+            await trio.sleep(6)  # the claim was answered at t = 15
+            [att] = late
+            assert att.elapsed == 15 and att.error is None
+            assert sorted(att.claimed) == ["late0", "late1"]
+            assert att.claimed["late0"].output == b"kept for the adopter\r\n"
+            for k in kids:
+                assert k.held
+                await check_fd_reaches(att.claimed[k.name].master, k)
+            # Not retrofitted: the sessions are what the build made of them.
+            assert [(s.outcome, s.master, s.daemon, s.leaf) for s in result.sessions] == before
+            assert str(slow.socket_path) not in result.phase.attachments
+            for s in result.sessions:
+                assert s.daemon == str(relauncher.socket_path)
+            await trio.sleep(60)
+            assert len(late) == 1
+            att.close()  # the adopter's to close
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+        assert not any(k.held for k in kids)
+
+
+# --- cancellation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cancel_nursery", [True, False], ids=["with-nursery", "restore-only"])
+async def test_cancelling_mid_phase_leaves_no_fd_open(
+    ms_dirs: MsDirs, workdir: Path, cancel_nursery: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    with no_fd_leak():
+        quick = [SimDaemon(ms_dirs.runtime / f"q{i}.sock") for i in range(3)]
+        slow = SimDaemon(ms_dirs.runtime / "slow.sock", behavior=Behavior.on(Claim, delay=20))
+        wedged = SimDaemon(ms_dirs.runtime / "w.sock", behavior=Behavior.on(Hello, hang=True))
+        leaves = [
+            leaf_of(sim, sim.add_child(name=f"s{i}-{j}"), workdir)
+            for i, sim in enumerate([*quick, slow, wedged])
+            for j in range(2)
+        ]
+        async with serving(*quick, slow, wedged):
+            late: list[DaemonAttachment] = []
+
+            def on_late(att: DaemonAttachment) -> None:
+                late.append(att)
+                att.close()
+
+            if cancel_nursery:
+                # Everything the restore started goes with it.
+                with trio.move_on_after(5) as scope:
+                    async with trio.open_nursery() as nursery:
+                        await restore_arrangement(
+                            arranged(leaves), nursery=nursery, timeout=TIMEOUT, on_late=on_late
+                        )
+                assert scope.cancelled_caught
+                assert late == []
+            else:
+                async with trio.open_nursery() as nursery:
+                    with trio.move_on_after(5) as scope:
+                        await restore_arrangement(
+                            arranged(leaves), nursery=nursery, timeout=TIMEOUT, on_late=on_late
+                        )
+                    assert scope.cancelled_caught
+                    # The slow claim is answered at t = 20, after the restore
+                    # was cancelled: a late arrival, closed by on_late.
+                    await trio.sleep(16)
+                    assert len(late) == 1 and late[0].target.socket == str(slow.socket_path)
+                    nursery.cancel_scope.cancel()  # abandon the wedged one
+            for sim in (*quick, slow):
+                await sim.wait_connections(0)
+                assert not any(c.held for c in sim.children)
+
+
+async def test_cancelling_mid_build_leaves_no_fd_open(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    with no_fd_leak():
+        relauncher = sim_at(1, behavior=Behavior.on(Launch, delay=5))
+        a = SimDaemon(ms_dirs.runtime / "a.sock")
+        leaves = [leaf_of(a, a.add_child(name=f"att{i}"), workdir) for i in range(3)]
+        gone = RestorationRef(str(ms_dirs.runtime / "gone.sock"), "i", 1, 1)
+        leaves += [SessionLeaf(f"new{i}", ["sh"], str(workdir), ref=gone) for i in range(2)]
+        built: list[RestoredSession] = []
+        async with serving(relauncher, a):
+            with trio.move_on_after(7) as scope:  # during the second relaunch
+                async with trio.open_nursery() as nursery:
+                    await restore_arrangement(
+                        arranged(leaves), nursery=nursery, timeout=TIMEOUT, progress=built.append
+                    )
+            assert scope.cancelled_caught
+            # The attached sessions and one relaunch were built (their fds handed
+            # over) before the cancel: never returned, so closed.
+            assert [s.outcome for s in built] == ["attached"] * 3 + ["relaunched"]
+            await a.wait_connections(0)
+            assert not any(c.held for c in a.children)
+
+
+# --- a slow daemon ----------------------------------------------------------------------------
+
+
+async def test_a_slow_daemon_delays_only_its_own_sessions(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    slow = SimDaemon(ms_dirs.runtime / "slow.sock", behavior=Behavior.on(Claim, delay=5))
+    quick = [SimDaemon(ms_dirs.runtime / f"q{i}.sock") for i in range(3)]
+    leaves = [
+        leaf_of(sim, sim.add_child(name=f"s{i}-{j}"), workdir)
+        for i, sim in enumerate([slow, *quick])
+        for j in range(2)
+    ]
+    async with serving(slow, *quick), trio.open_nursery() as nursery:
+        result = await restore_arrangement(arranged(leaves), nursery=nursery, timeout=TIMEOUT)
+        assert result.phase.elapsed == 5 and result.elapsed == 5
+        assert all(s.outcome == "attached" for s in result.sessions)
+        elapsed = {s.leaf.name: s.elapsed for s in result.sessions}
+        assert elapsed == {
+            "s0-0": 5,
+            "s0-1": 5,
+            **{f"s{i}-{j}": 0 for i in range(1, 4) for j in range(2)},
+        }
+        atts = result.phase.attachments
+        assert atts[str(slow.socket_path)].elapsed == 5
+        assert all(atts[str(q.socket_path)].elapsed == 0 for q in quick)
+        await release_claims(result)
+        nursery.cancel_scope.cancel()
+
+
+# --- the saved arrangement --------------------------------------------------------------------
+
+
+async def test_store_gets_new_refs_for_relaunched_and_closes_ended_durably(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1)
+    a = SimDaemon(ms_dirs.runtime / "a.sock")
+    w = SimDaemon(ms_dirs.runtime / "w.sock", behavior=Behavior.on(Claim, hang=True))
+    live = a.add_child(["vim"], name="live")
+    done = a.add_child(["make"], name="done")
+    done.exit(2)
+    stuck = w.add_child(["top"], name="stuck")
+    gone = SessionLeaf(
+        "gone",
+        ["sh"],
+        str(workdir),
+        ref=RestorationRef(str(workdir / "no.sock"), "i", 3, 3),
+        scrollback=b"saved\r\n",
+    )
+    leaves = [
+        leaf_of(a, live, workdir),
+        leaf_of(a, done, workdir),
+        leaf_of(w, stuck, workdir),
+        gone,
+    ]
+    path = ms_dirs.root / "arrangement.sqlite3"
+    with ArrangementStore.open(path) as store:
+        store.save(arranged(leaves))
+        async with serving(relauncher, a, w), trio.open_nursery() as nursery:
+            result = await restore_arrangement(
+                store.load(), nursery=nursery, timeout=TIMEOUT, store=store
+            )
+            assert [s.outcome for s in result.sessions] == [
+                "attached",
+                "ended",
+                "timed-out",
+                "relaunched",
+            ]
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+    # What the next restore will find (a fresh open: durable, not cached).
+    with ArrangementStore.open(path) as store:
+        saved = {leaf.name: leaf for leaf in store.load().leaves()}
+        assert store.pending_closes() == []  # the close of "done" completed
+    assert sorted(saved) == ["gone", "live", "stuck"]
+    assert saved["live"] == leaves[0]
+    fresh = {c.name: c for c in relauncher.children}
+    s = by_name(result)
+    for name in ("stuck", "gone"):
+        c = fresh[name]
+        assert saved[name].ref == RestorationRef(
+            str(relauncher.socket_path), relauncher.instance_id, c.id, c.pid
+        )
+        assert saved[name].notice == s[name].replay
+        assert RELAUNCH_MARKER.encode() in (saved[name].notice or b"")
+    assert (saved["gone"].notice or b"").startswith(b"saved\r\n")
+    assert saved["gone"].scrollback == b"saved\r\n"
+
+
+@pytest.mark.parametrize("how", ["newer-schema", "leaf-removed"])
+async def test_a_store_that_cannot_be_written_costs_no_session(
+    ms_dirs: MsDirs, workdir: Path, how: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1)
+    a = SimDaemon(ms_dirs.runtime / "a.sock")
+    done = a.add_child(["make"], name="done")
+    done.exit(0)
+    gone = [
+        SessionLeaf(f"gone{i}", ["sh"], str(workdir), ref=RestorationRef("/no.sock", "i", i, i))
+        for i in range(2)
+    ]
+    path = ms_dirs.root / "arrangement.sqlite3"
+    with ArrangementStore.open(path) as store:
+        store.save(arranged([leaf_of(a, done, workdir), *gone]))
+    if how == "newer-schema":  # read as far as understood, never written
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
+    with ArrangementStore.open(path) as store:
+        arrangement = store.load()
+        if how == "leaf-removed":  # e.g. `multiserver kill` while restoring
+            for leaf in arrangement.leaves():
+                store.remove_session(leaf.name)
+        async with serving(relauncher, a), trio.open_nursery() as nursery:
+            result = await restore_arrangement(
+                arrangement, nursery=nursery, timeout=TIMEOUT, store=store
+            )
+            assert [s.outcome for s in result.sessions] == ["ended", "relaunched", "relaunched"]
+            assert all("not saved" in s.detail for s in result.sessions), result.sessions
+            assert sorted(c.name for c in relauncher.children) == ["gone0", "gone1"]
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_relaunch_daemon_that_stops_answering_is_waited_for_once(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    relauncher = sim_at(1, behavior=Behavior.on(Launch, hang=True))
+    leaves = [SessionLeaf(f"s{i}", ["sh"], str(workdir)) for i in range(3)]
+    with no_fd_leak():
+        async with serving(relauncher), trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            result = await restore_arrangement(arranged(leaves), nursery=nursery, timeout=TIMEOUT)
+            # One launch bound, not one per session.
+            assert trio.current_time() - t0 == TIMEOUT
+            assert [s.outcome for s in result.sessions] == ["failed"] * 3
+            for s in result.sessions:
+                assert "relaunch failed: launch did not answer within 10 s" in s.detail
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
