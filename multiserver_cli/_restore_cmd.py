@@ -89,7 +89,8 @@ async def cmd_restore(args: Namespace) -> int:
                 await release_claims(result)
             # Only now, with the partial attach phase resolved and every
             # session built, may the sweep take what nobody claimed.
-            swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND)
+            wedged = frozenset(t.socket for t in result.phase.timed_out)
+            swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
             # Partial attaches to wedged daemons are abandoned here.
             nursery.cancel_scope.cancel()
     rows = [_row(s) for s in result.sessions]
