@@ -193,6 +193,12 @@ class Child:
         finally:
             done.set()
 
+    def cancel_drain(self) -> None:
+        """Tell the drain to stop; ``stop_drain`` waits for it. Cancelling
+        many first and waiting after costs one scheduler pass, not one each."""
+        if self._drain_scope is not None:
+            self._drain_scope.cancel()
+
     async def stop_drain(self) -> None:
         """Stop draining and wait until the drain task has finished.
 
@@ -203,8 +209,9 @@ class Child:
         if scope is None or done is None:
             return
         scope.cancel()
-        with trio.CancelScope(shield=True):
-            await done.wait()
+        if not done.is_set():
+            with trio.CancelScope(shield=True):
+                await done.wait()
 
     def close_master(self) -> None:
         if self.master is not None:
@@ -333,15 +340,11 @@ class ChildTable:
         if child.linger is not None and child.running and child._linger_scope is None:
             self._nursery.start_soon(self._linger, child)
 
-    async def take(
-        self, child: Child, holder: Holder, *, steal: bool, keep_output: bool = False
-    ) -> tuple[bytes, int]:
-        """Make ``holder`` the child's holder; returns (buffered output,
-        dropped count). Raises LaunchError(EBUSY) if held by another and not
-        ``steal``. The caller sends the fd (if the child runs).
-
-        Atomic: the holder is set before the first checkpoint.
-        """
+    def hold(self, child: Child, holder: Holder, *, steal: bool) -> None:
+        """Make ``holder`` the child's holder and tell its drain to stop
+        (``handover`` waits for it). Raises LaunchError(EBUSY) if another
+        client holds it and not ``steal``. Synchronous, so a claim is atomic:
+        two claimers can never both get a child."""
         previous = child.holder
         if previous is not None and previous is not holder and not steal:
             raise LaunchError(errno.EBUSY, f"session {child.name} is held by another client")
@@ -351,6 +354,15 @@ class ChildTable:
             child._linger_scope = None
         if previous is not None and previous is not holder:
             previous.notify(ChildTaken(id=child.id))
+        child.cancel_drain()
+
+    async def handover(self, child: Child, *, keep_output: bool = False) -> tuple[bytes, int]:
+        """After ``hold``: wait until the drain has stopped, then return
+        (buffered output, dropped count); the caller sends the fd (if the
+        child runs). With ``keep_output`` the daemon keeps a copy.
+
+        Cancellation: shielded; the drain is stopped either way.
+        """
         await child.stop_drain()
         if not child.running:
             child.read_available()

@@ -426,10 +426,13 @@ class Daemon:
             await conn.send(Launched(req=msg.req, child=child.info()))
 
     async def claim(self, conn: ClientConnection, msg: Claim) -> None:
+        # Every child is held (or refused) before the first checkpoint, so
+        # the whole claim is atomic; then the drains stop together.
+        outcomes: list[Child | ChildError] = []
         for child_id in msg.ids:
             child = self._lookup(child_id)
             if child is None:
-                await conn.send(
+                outcomes.append(
                     ChildError(
                         req=msg.req, id=child_id, errno=errno.ENOENT, message=f"no child {child_id}"
                     )
@@ -437,17 +440,33 @@ class Daemon:
                 continue
             previous = child.holder
             try:
-                output, dropped = await self.children.take(
-                    child, conn, steal=msg.steal, keep_output=msg.keep_output
-                )
+                self.children.hold(child, conn, steal=msg.steal)
             except LaunchError as exc:
-                await conn.send(
+                outcomes.append(
                     ChildError(req=msg.req, id=child_id, errno=exc.errno, message=exc.message)
                 )
                 continue
             if isinstance(previous, ClientConnection) and previous is not conn:
                 previous.held.discard(child_id)
             conn.held.add(child_id)
+            outcomes.append(child)
+        for outcome in outcomes:
+            if isinstance(outcome, ChildError):
+                await conn.send(outcome)
+                continue
+            child = outcome
+            if child.holder is not conn or self._lookup(child.id) is not child:
+                # Taken over (or collected) by another client meanwhile.
+                await conn.send(
+                    ChildError(
+                        req=msg.req,
+                        id=child.id,
+                        errno=errno.EBUSY,
+                        message=f"session {child.name} was taken by another client",
+                    )
+                )
+                continue
+            output, dropped = await self.children.handover(child, keep_output=msg.keep_output)
             fds = [child.master] if child.running and child.master is not None else []
             await conn.send(
                 Claimed(req=msg.req, child=child.info(), dropped=dropped, output=output), fds
