@@ -2,14 +2,18 @@
 reaped by pid (never ``waitpid(-1)``), kept until its status is collected.
 
 Ownership: a ``Child`` owns its master fd for its whole life in the table; a
-client that holds the child has its own copy (passed with SCM_RIGHTS). Only
-one drain task per child runs at a time, and only while the child is unheld.
+client that holds the child has its own copy (passed with SCM_RIGHTS).
 
-Handover without loss or duplication: the drain reads first and awaits
-readability only after ``BlockingIOError``, and appends what it read before its
-next checkpoint, so cancelling it can never lose a byte that was read. A claim
-cancels the drain, waits for it to finish, then takes the buffer; the bytes
-still in the kernel are read by the client from its fd.
+Two loops serve every child, whatever their number: the *drain loop* waits on
+one ReadySet of the masters of unheld children and reads each ready one into
+its buffer; the *reap loop* waits on one ExitSet and reaps exited children by
+pid. No task per child, so memory and handover cost do not grow with tasks.
+
+Handover without loss or duplication: a read and the append of what it read
+happen with no checkpoint between them, and taking a master out of the drain
+set is synchronous. So when a claim runs, the drain loop is parked between
+reads; the claim removes the master from the set and takes the buffer, and
+the bytes still in the kernel are read by the client from its fd.
 """
 
 from __future__ import annotations
@@ -78,6 +82,27 @@ def resolve_executable(argv0: str, env: dict[str, str], cwd: str) -> str:
 class Child:
     """One child process on a PTY. Stateful; created only by ``ChildTable``."""
 
+    __slots__ = (
+        "_linger_scope",
+        "argv",
+        "buffer",
+        "cols",
+        "cwd",
+        "eof",
+        "exit_code",
+        "exited",
+        "exited_at",
+        "holder",
+        "id",
+        "linger",
+        "master",
+        "name",
+        "pid",
+        "rows",
+        "started_at",
+        "tty",
+    )
+
     def __init__(
         self,
         *,
@@ -107,12 +132,9 @@ class Child:
         self.exited_at: float | None = None
         self.exit_code: int | None = None
         self.exited = trio.Event()
-        self.eof = False  # the drain read to the end (slave side closed)
+        self.eof = False  # read to the end: the slave side is closed
         self.holder: Holder | None = None
         self.buffer = OutputBuffer(buffer_limit)
-        self.watch = _platform.ChildWatch(pid)
-        self._drain_scope: trio.CancelScope | None = None
-        self._drain_done: trio.Event | None = None
         self._linger_scope: trio.CancelScope | None = None
 
     @property
@@ -145,83 +167,36 @@ class Child:
             fg_argv=fg_argv,
         )
 
-    # --- draining -----------------------------------------------------------
-
-    def read_available(self) -> None:
-        """Read what the kernel holds now, without waiting (for an exited child)."""
+    def read_some(self, limit: int) -> None:
+        """Read what the kernel holds now, up to about ``limit`` bytes, into
+        the buffer, without waiting; sets ``eof`` at the end of the PTY.
+        No checkpoint: a read and its append are never separated."""
         if self.master is None or self.eof:
             return
-        while True:
+        got = 0
+        while got < limit:
             try:
                 data = os.read(self.master, READ_SIZE)
             except BlockingIOError:
                 return
-            except OSError:
+            except OSError:  # EIO: the slave side is closed
                 self.eof = True
                 return
             if not data:
                 self.eof = True
                 return
             self.buffer.append(data)
+            got += len(data)
 
-    async def _drain(self, task_status: trio.TaskStatus[None]) -> None:
-        assert self.master is not None
-        fd = self.master
-        scope = trio.CancelScope()
-        done = trio.Event()
-        self._drain_scope, self._drain_done = scope, done
-        task_status.started()
-        try:
-            with scope:
-                # Another process may have made the shared file blocking.
-                os.set_blocking(fd, False)
-                while not self.eof:
-                    try:
-                        data = os.read(fd, READ_SIZE)
-                    except BlockingIOError:
-                        await trio.lowlevel.wait_readable(fd)
-                        continue
-                    except OSError:  # EIO: the slave side is closed
-                        self.eof = True
-                        break
-                    if not data:
-                        self.eof = True
-                        break
-                    # No checkpoint between the read and this append.
-                    self.buffer.append(data)
-                    await trio.lowlevel.checkpoint()
-        finally:
-            done.set()
-
-    def cancel_drain(self) -> None:
-        """Tell the drain to stop; ``stop_drain`` waits for it. Cancelling
-        many first and waiting after costs one scheduler pass, not one each."""
-        if self._drain_scope is not None:
-            self._drain_scope.cancel()
-
-    async def stop_drain(self) -> None:
-        """Stop draining and wait until the drain task has finished.
-
-        Cancellation: shielded; always completes.
-        """
-        scope, done = self._drain_scope, self._drain_done
-        self._drain_scope = self._drain_done = None
-        if scope is None or done is None:
-            return
-        scope.cancel()
-        if not done.is_set():
-            with trio.CancelScope(shield=True):
-                await done.wait()
-
-    def close_master(self) -> None:
-        if self.master is not None:
-            fd, self.master = self.master, None
-            trio.lowlevel.notify_closing(fd)
-            os.close(fd)
+    def read_available(self) -> None:
+        """Everything the kernel holds now (for an exited child)."""
+        self.read_some(1 << 62)
 
 
 class ChildTable:
-    """Every child of the daemon, by id. Ids start at 1 and are never reused."""
+    """Every child of the daemon, by id. Ids start at 1 and are never reused.
+    ``run`` runs the drain and reap loops; it must be running for the table
+    to be served."""
 
     def __init__(
         self,
@@ -236,7 +211,11 @@ class ChildTable:
         self._on_exit = on_exit
         self._on_change = on_change
         self._children: dict[int, Child] = {}
+        self._by_pid: dict[int, Child] = {}
         self._ids = itertools.count(1)
+        self._draining: dict[int, Child] = {}  # master fd -> unheld child
+        self._drain_set = _platform.ReadySet()
+        self._exits = _platform.ExitSet()
 
     def __len__(self) -> int:
         return len(self._children)
@@ -250,7 +229,66 @@ class ChildTable:
     def running_count(self) -> int:
         return sum(1 for c in self._children.values() if c.running)
 
-    async def launch(
+    async def run(self) -> None:
+        """The drain and reap loops, until cancelled.
+
+        Cancellation: the loops stop; children keep running; ``close``
+        releases the sets.
+        """
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._drain_loop)
+            nursery.start_soon(self._reap_loop)
+
+    def close(self) -> None:
+        self._draining.clear()
+        self._drain_set.close()
+        self._exits.close()
+
+    async def _drain_loop(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._drain_set.fileno())
+            # One read (about 4 KiB) per ready child per round, then a
+            # checkpoint: a flooding child cannot starve the others, nor the
+            # request handlers.
+            for fd in self._drain_set.ready():
+                child = self._draining.get(fd)
+                if child is None:
+                    continue
+                child.read_some(READ_SIZE)
+                if child.eof:
+                    self._stop_draining(child)
+            await trio.lowlevel.checkpoint()
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self._exits.fileno())
+            for pid, code in self._exits.reap_exited():
+                child = self._by_pid.pop(pid, None)
+                if child is not None:
+                    self._exited(child, code)
+
+    def _exited(self, child: Child, code: int) -> None:
+        child.exit_code = code
+        child.exited_at = time.time()
+        child.exited.set()
+        if child._linger_scope is not None:
+            child._linger_scope.cancel()
+        self._on_exit(child)
+        self._on_change()
+
+    def _start_draining(self, child: Child) -> None:
+        if child.master is None or child.eof or child.master in self._draining:
+            return
+        # Another process may have made the shared open file blocking.
+        os.set_blocking(child.master, False)
+        self._draining[child.master] = child
+        self._drain_set.add(child.master)
+
+    def _stop_draining(self, child: Child) -> None:
+        if child.master is not None and self._draining.pop(child.master, None) is not None:
+            self._drain_set.remove(child.master)
+
+    def launch(
         self,
         *,
         argv: list[str],
@@ -262,10 +300,7 @@ class ChildTable:
         linger: float | None,
         holder: Holder | None,
     ) -> Child:
-        """Spawn a child; raises LaunchError (errno + one line) on bad input.
-
-        Cancellation: shielded once the process exists; it is in the table.
-        """
+        """Spawn a child; raises LaunchError (errno + one line) on bad input."""
         if not argv or not all(argv):
             raise LaunchError(errno.EINVAL, "empty command")
         if not (1 <= rows <= 10000 and 1 <= cols <= 10000):
@@ -312,39 +347,26 @@ class ChildTable:
             buffer_limit=self._buffer_limit,
         )
         self._children[child_id] = child
-        self._nursery.start_soon(self._watch, child)
+        self._by_pid[pid] = child
+        self._exits.add(pid)
         child.holder = holder
         if holder is None:
-            await self.become_unheld(child)
+            self.become_unheld(child)
         self._on_change()
         return child
 
-    async def _watch(self, child: Child) -> None:
-        try:
-            code = await child.watch.wait()
-        finally:
-            child.watch.close()
-        child.exit_code = code
-        child.exited_at = time.time()
-        child.exited.set()
-        if child._linger_scope is not None:
-            child._linger_scope.cancel()
-        self._on_exit(child)
-        self._on_change()
-
-    async def become_unheld(self, child: Child) -> None:
+    def become_unheld(self, child: Child) -> None:
         """Nobody holds ``child`` from now: drain it, start its linger clock."""
         child.holder = None
-        if child.master is not None and not child.eof and child._drain_scope is None:
-            await self._nursery.start(child._drain)
+        self._start_draining(child)
         if child.linger is not None and child.running and child._linger_scope is None:
-            self._nursery.start_soon(self._linger, child)
+            child._linger_scope = trio.CancelScope()
+            self._nursery.start_soon(self._linger, child, child._linger_scope)
 
     def hold(self, child: Child, holder: Holder, *, steal: bool) -> None:
-        """Make ``holder`` the child's holder and tell its drain to stop
-        (``handover`` waits for it). Raises LaunchError(EBUSY) if another
-        client holds it and not ``steal``. Synchronous, so a claim is atomic:
-        two claimers can never both get a child."""
+        """Make ``holder`` the child's holder and stop draining it. Raises
+        LaunchError(EBUSY) if another client holds it and not ``steal``.
+        Synchronous, so a claim is atomic: two claimers never both get it."""
         previous = child.holder
         if previous is not None and previous is not holder and not steal:
             raise LaunchError(errno.EBUSY, f"session {child.name} is held by another client")
@@ -354,24 +376,17 @@ class ChildTable:
             child._linger_scope = None
         if previous is not None and previous is not holder:
             previous.notify(ChildTaken(id=child.id))
-        child.cancel_drain()
+        self._stop_draining(child)
 
-    async def handover(self, child: Child, *, keep_output: bool = False) -> tuple[bytes, int]:
-        """After ``hold``: wait until the drain has stopped, then return
-        (buffered output, dropped count); the caller sends the fd (if the
-        child runs). With ``keep_output`` the daemon keeps a copy.
-
-        Cancellation: shielded; the drain is stopped either way.
-        """
-        await child.stop_drain()
+    def handover(self, child: Child, *, keep_output: bool = False) -> tuple[bytes, int]:
+        """After ``hold``: (buffered output, dropped count); the caller sends
+        the fd if the child runs. With ``keep_output`` the daemon keeps a copy."""
         if not child.running:
             child.read_available()
         return child.buffer.peek() if keep_output else child.buffer.take()
 
-    async def _linger(self, child: Child) -> None:
+    async def _linger(self, child: Child, scope: trio.CancelScope) -> None:
         assert child.linger is not None
-        scope = trio.CancelScope()
-        child._linger_scope = scope
         with scope:
             await trio.sleep(child.linger)
             await self.end(child)
@@ -391,18 +406,16 @@ class ChildTable:
             with trio.move_on_after(KILL_GRACE):
                 await child.exited.wait()
 
-    async def collect(self, child: Child) -> ChildInfo:
-        """Remove a child from the table and close its master.
-
-        Cancellation: shielded; always completes.
-        """
-        with trio.CancelScope(shield=True):
-            await child.stop_drain()
+    def collect(self, child: Child) -> ChildInfo:
+        """Remove a child from the table and close its master."""
+        self._stop_draining(child)
         if not child.running:
             child.read_available()
         info = child.info()
         self._children.pop(child.id, None)
-        child.close_master()
+        if child.master is not None:
+            fd, child.master = child.master, None
+            os.close(fd)
         self._on_change()
         return info
 

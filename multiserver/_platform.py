@@ -15,8 +15,6 @@ import struct
 import sys
 import termios
 
-import trio
-
 IS_LINUX = sys.platform.startswith("linux")
 
 # --- peer credentials: SO_PEERCRED (Linux) / LOCAL_PEERCRED (macOS) -------------
@@ -41,61 +39,133 @@ def peer_uid(fd: int) -> int:
         sock.detach()
 
 
-# --- waiting for a child's exit: pidfd (Linux) / kqueue (macOS) ----------------
+# --- waiting on many fds and many child exits at once: epoll / kqueue ---------
+#
+# The daemon drains every unheld PTY in one task and reaps every child in
+# another, each waiting on one pollable set (an epoll fd on Linux, a kqueue
+# on macOS) instead of one trio task per fd. Adding or removing a member is
+# synchronous, which is what makes a handover need no task switch at all.
 
 
-class ChildWatch:
-    """Waits for one child of ours to exit and reaps exactly that pid."""
+class ReadySet:
+    """fds to wait on together for readability. Level-triggered: an fd left
+    unread stays ready. ``fileno()`` is readable whenever a member is."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self._pidfd: int | None = None
+    def __init__(self) -> None:
         if IS_LINUX:
-            # A zombie still has a pidfd, so this cannot miss an early exit.
-            self._pidfd = os.pidfd_open(pid)
+            self._ep = select.epoll()
+        else:  # pragma: no cover - macOS
+            self._kq = select.kqueue()  # type: ignore[attr-defined,unused-ignore]
+        self._members: set[int] = set()
 
-    async def wait(self) -> int:
-        """Wait until the child exits, reap it, return its exit code (negative
-        signal number if a signal killed it).
+    def fileno(self) -> int:
+        return self._ep.fileno() if IS_LINUX else self._kq.fileno()
 
-        Cancellation: nothing happened; the child is not reaped.
-        """
-        if self._pidfd is not None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-        else:
-            await _wait_kqueue(self.pid)
-        _, status = os.waitpid(self.pid, 0)
-        return os.waitstatus_to_exitcode(status)
+    def __contains__(self, fd: int) -> bool:
+        return fd in self._members
 
-    def close(self) -> None:
-        if self._pidfd is not None:
-            fd, self._pidfd = self._pidfd, None
-            trio.lowlevel.notify_closing(fd)
-            os.close(fd)
+    def add(self, fd: int) -> None:
+        if fd in self._members:
+            return
+        if IS_LINUX:
+            self._ep.register(fd, select.EPOLLIN)
+        else:  # pragma: no cover - macOS
+            ev = select.kevent(fd, filter=select.KQ_FILTER_READ, flags=select.KQ_EV_ADD)  # type: ignore[attr-defined,unused-ignore]
+            self._kq.control([ev], 0)
+        self._members.add(fd)
 
-
-async def _wait_kqueue(pid: int) -> None:  # pragma: no cover - macOS only
-    kqueue = trio.lowlevel.current_kqueue()  # type: ignore[attr-defined,unused-ignore]
-    event = select.kevent(  # type: ignore[attr-defined,unused-ignore]
-        pid,
-        filter=select.KQ_FILTER_PROC,  # type: ignore[attr-defined,unused-ignore]
-        flags=select.KQ_EV_ADD | select.KQ_EV_ONESHOT,  # type: ignore[attr-defined,unused-ignore]
-        fflags=select.KQ_NOTE_EXIT,  # type: ignore[attr-defined,unused-ignore]
-    )
-    try:
-        kqueue.control([event], 0)
-    except ProcessLookupError:
-        return  # already exited; waitpid will not block
-
-    def abort(_: object) -> trio.lowlevel.Abort:
-        delete = select.kevent(pid, filter=select.KQ_FILTER_PROC, flags=select.KQ_EV_DELETE)  # type: ignore[attr-defined,unused-ignore]
+    def remove(self, fd: int) -> None:
+        """Stop watching ``fd``; call it before closing ``fd``."""
+        if fd not in self._members:
+            return
+        self._members.discard(fd)
         try:
-            kqueue.control([delete], 0)
+            if IS_LINUX:
+                self._ep.unregister(fd)
+            else:  # pragma: no cover - macOS
+                ev = select.kevent(fd, filter=select.KQ_FILTER_READ, flags=select.KQ_EV_DELETE)  # type: ignore[attr-defined,unused-ignore]
+                self._kq.control([ev], 0)
         except OSError:
             pass
-        return trio.lowlevel.Abort.SUCCEEDED
 
-    await trio.lowlevel.wait_kevent(pid, select.KQ_FILTER_PROC, abort)  # type: ignore[attr-defined,unused-ignore]
+    def ready(self) -> list[int]:
+        """Members readable now (never waits). A member removed since the
+        kernel said so is left out."""
+        if IS_LINUX:
+            events = [fd for fd, _ in self._ep.poll(0)]
+        else:  # pragma: no cover - macOS
+            events = [int(e.ident) for e in self._kq.control(None, max(1, len(self._members)), 0)]
+        return [fd for fd in events if fd in self._members]
+
+    def close(self) -> None:
+        self._members.clear()
+        (self._ep if IS_LINUX else self._kq).close()
+
+
+class ExitSet:
+    """Children of ours to reap when they exit: pidfds in an epoll (Linux),
+    EVFILT_PROC in a kqueue (macOS). Never ``waitpid(-1)``: only the pids
+    added here are reaped, so nobody else's exit status is stolen."""
+
+    def __init__(self) -> None:
+        self._fds = ReadySet() if IS_LINUX else None
+        if not IS_LINUX:  # pragma: no cover - macOS
+            self._kq = select.kqueue()  # type: ignore[attr-defined,unused-ignore]
+        self._pidfds: dict[int, int] = {}  # pidfd -> pid (Linux)
+        self._pids: set[int] = set()
+        self._early: list[int] = []  # exited before kqueue saw them (macOS)
+
+    def fileno(self) -> int:
+        return self._fds.fileno() if self._fds is not None else self._kq.fileno()
+
+    def add(self, pid: int) -> None:
+        """Watch ``pid`` (a child of this process, not yet reaped)."""
+        if self._fds is not None:
+            # A zombie still has a pidfd, so this cannot miss an early exit.
+            pidfd = os.pidfd_open(pid)
+            self._pidfds[pidfd] = pid
+            self._fds.add(pidfd)
+        else:  # pragma: no cover - macOS
+            ev = select.kevent(  # type: ignore[attr-defined,unused-ignore]
+                pid,
+                filter=select.KQ_FILTER_PROC,  # type: ignore[attr-defined,unused-ignore]
+                flags=select.KQ_EV_ADD | select.KQ_EV_ONESHOT,  # type: ignore[attr-defined,unused-ignore]
+                fflags=select.KQ_NOTE_EXIT,  # type: ignore[attr-defined,unused-ignore]
+            )
+            try:
+                self._kq.control([ev], 0)
+            except ProcessLookupError:
+                self._early.append(pid)
+        self._pids.add(pid)
+
+    def reap_exited(self) -> list[tuple[int, int]]:
+        """(pid, exit code) of every watched child that has exited, reaped
+        now (never waits). The exit code is negative for a signal."""
+        if self._fds is not None:
+            pids = []
+            for pidfd in self._fds.ready():
+                pids.append(self._pidfds.pop(pidfd))
+                self._fds.remove(pidfd)
+                os.close(pidfd)
+        else:  # pragma: no cover - macOS
+            pids = [int(e.ident) for e in self._kq.control(None, max(1, len(self._pids)), 0)]
+            pids += self._early
+            self._early = []
+        out = []
+        for pid in pids:
+            self._pids.discard(pid)
+            _, status = os.waitpid(pid, 0)
+            out.append((pid, os.waitstatus_to_exitcode(status)))
+        return out
+
+    def close(self) -> None:
+        for pidfd in self._pidfds:
+            os.close(pidfd)
+        self._pidfds.clear()
+        if self._fds is not None:
+            self._fds.close()
+        else:  # pragma: no cover - macOS
+            self._kq.close()
 
 
 # --- spawning on a PTY: posix_spawn + setsid (Linux) / forkpty (macOS) --------

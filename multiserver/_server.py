@@ -343,19 +343,24 @@ class Daemon:
         Cancellation: every connection is closed; children are left running
         (the caller decides whether to end them).
         """
-        async with trio.open_nursery() as nursery:
-            self._children = ChildTable(
-                nursery,
-                buffer_limit=self.config.buffer_limit,
-                on_exit=self._on_exit,
-                on_change=self._on_change,
-            )
-            nursery.start_soon(self._accept_loop, listener, nursery)
-            if self.config.idle_exit is not None:
-                nursery.start_soon(self._idle_watch)
-            task_status.started()
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._children = ChildTable(
+                    nursery,
+                    buffer_limit=self.config.buffer_limit,
+                    on_exit=self._on_exit,
+                    on_change=self._on_change,
+                )
+                nursery.start_soon(self._children.run)
+                nursery.start_soon(self._accept_loop, listener, nursery)
+                if self.config.idle_exit is not None:
+                    nursery.start_soon(self._idle_watch)
+                task_status.started()
+                await self._stop.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if self._children is not None:
+                self._children.close()
 
     async def _accept_loop(self, listener: trio.socket.SocketType, nursery: trio.Nursery) -> None:
         while True:
@@ -393,7 +398,7 @@ class Daemon:
         for child_id in sorted(conn.held):
             child = self.children.get(child_id)
             if child is not None and child.holder is conn:
-                await self.children.become_unheld(child)
+                self.children.become_unheld(child)
         conn.held.clear()
         self._on_change()
 
@@ -404,7 +409,7 @@ class Daemon:
 
     async def launch(self, conn: ClientConnection, msg: Launch) -> None:
         try:
-            child = await self.children.launch(
+            child = self.children.launch(
                 argv=msg.argv,
                 env=msg.env,
                 cwd=msg.cwd,
@@ -466,7 +471,7 @@ class Daemon:
                     )
                 )
                 continue
-            output, dropped = await self.children.handover(child, keep_output=msg.keep_output)
+            output, dropped = self.children.handover(child, keep_output=msg.keep_output)
             fds = [child.master] if child.running and child.master is not None else []
             await conn.send(
                 Claimed(req=msg.req, child=child.info(), dropped=dropped, output=output), fds
@@ -492,7 +497,7 @@ class Daemon:
                 )
                 continue
             conn.held.discard(child_id)
-            await self.children.become_unheld(child)
+            self.children.become_unheld(child)
             released.append(child_id)
         await conn.send(Released(req=msg.req, ids=released))
 
@@ -532,7 +537,7 @@ class Daemon:
             return
         if isinstance(child.holder, ClientConnection):
             child.holder.held.discard(child.id)
-        info = await self.children.collect(child)
+        info = self.children.collect(child)
         await conn.send(Collected(req=msg.req, child=info))
 
     async def peek(self, conn: ClientConnection, msg: Peek) -> None:
@@ -587,7 +592,7 @@ class Daemon:
                         nursery.start_soon(self.children.end, child)
             for child in self.children:
                 if not child.running:
-                    await self.children.collect(child)
+                    self.children.collect(child)
         await conn.send(Ok(req=msg.req))
         await conn.flush()
         self._stop.set()

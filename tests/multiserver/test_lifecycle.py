@@ -94,8 +94,9 @@ async def test_daemon_is_detached_with_clean_process_state(
 
 
 async def test_daemon_holds_only_the_fds_it_needs(ms_dirs: MsDirs, daemon: RunningDaemon) -> None:
-    """Lock, listening socket, log, stdio, trio's epoll and wakeup fds, and
-    per running child its master and pidfd: nothing else (no ready pipe, no
+    """Lock, listening socket, log, stdio, trio's epoll and wakeup fds, the
+    drain and reap sets (two more epolls), and per running child its master
+    and pidfd: nothing else (no ready pipe, no
     inherited fd, no client socket once the clients are gone)."""
     paths = ms_dirs.paths
     async with open_client(paths) as client:
@@ -134,7 +135,7 @@ async def test_daemon_holds_only_the_fds_it_needs(ms_dirs: MsDirs, daemon: Runni
         "stdio": 3,
         "lock": 1,
         "listener": 1,
-        "epoll": 1,
+        "epoll": 3,  # trio's, the drain set, the exit set
         "master": 2,
         "pidfd": 1,
     }, links
