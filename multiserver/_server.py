@@ -54,7 +54,7 @@ from multiserver._messages import (
     Signal,
     Welcome,
 )
-from multiserver._wire import FramedSocket, send_frame
+from multiserver._wire import FramedSocket
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -143,7 +143,6 @@ class ClientConnection:
         """Send the outbox in order. A frame stays at the head of the outbox
         until it is fully sent, so ``flush`` waits for it too. A peer that
         goes away or makes no progress for ``stall_timeout`` is disconnected."""
-        sock = self._framed.sock
         stall = self._daemon.config.stall_timeout
         while True:
             while not self._outbox:
@@ -152,7 +151,7 @@ class ClientConnection:
             out = self._outbox[0]
             try:
                 with trio.move_on_after(stall) as scope:
-                    await send_frame(sock, out.frame, out.fds)
+                    await self._framed.send_frame(out.frame, out.fds)
             except ConnectionClosed as exc:
                 log.info("client %d: %s", self.id, exc)
                 self.disconnect()
