@@ -1,0 +1,132 @@
+"""Run the benchmarks: ``python -m benchmarks [--only NAME ...] [--quick]``.
+
+A full run writes docs/benchmarks.md (and docs/benchmarks.png when
+matplotlib is installed); a partial or quick run writes into
+benchmarks/out/ instead, so it never replaces the full table. Every run also
+writes benchmarks/out/results.json with each sample. The table is printed.
+Exits non-zero if a benchmark failed (its rows then say why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType, ModuleType
+
+from benchmarks import claim, launch, memory, throughput
+from benchmarks.common import Row, Settings
+from benchmarks.report import (
+    REPO,
+    RunInfo,
+    chart,
+    machine,
+    markdown,
+    now,
+    table,
+    verdicts,
+    write_json,
+)
+
+MODULES: tuple[ModuleType, ...] = (launch, claim, memory, throughput)
+RUNS = 7
+QUICK_RUNS = 3
+# The whole run must end within 10 minutes; past this, stop (cleaning up).
+BUDGET = 9 * 60
+
+
+class BudgetExceeded(Exception):
+    pass
+
+
+def _on_alarm(_signum: int, _frame: FrameType | None) -> None:
+    raise BudgetExceeded(f"the benchmarks ran past {BUDGET} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = [m.NAME for m in MODULES]
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=names,
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(names)}",
+    )
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs instead of {RUNS}")
+    parser.add_argument("--runs", type=int, help="runs per figure (overrides --quick)")
+    args = parser.parse_args(argv)
+
+    runs = args.runs if args.runs is not None else (QUICK_RUNS if args.quick else RUNS)
+    if runs < 1:
+        parser.error("--runs must be at least 1")
+    settings = Settings(runs=runs, quick=args.quick)
+    selected = [m for m in MODULES if not args.only or m.NAME in args.only]
+    partial = bool(args.only) or args.quick or args.runs is not None
+    out_dir = REPO / "benchmarks" / "out"
+    out_dir.mkdir(exist_ok=True)
+    doc_dir = out_dir if partial else REPO / "docs"
+
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(BUDGET)
+    started = time.monotonic()
+    load_start = os.getloadavg()[0]
+    rows: list[Row] = []
+    failed = False
+    try:
+        for mod in selected:
+            t0 = time.monotonic()
+            print(f"[{mod.NAME}] {runs} runs ...", file=sys.stderr, flush=True)
+            try:
+                rows.extend(mod.run(settings))
+            except BudgetExceeded:
+                raise
+            except Exception as exc:
+                failed = True
+                traceback.print_exc()
+                rows.append(
+                    Row(mod.NAME, "failed", None, "", 0, "", None, detail=f"failed: {exc!r}")
+                )
+            print(f"[{mod.NAME}] {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        signal.alarm(0)
+    seconds = time.monotonic() - started
+
+    info = RunInfo(
+        date=now(),
+        seconds=seconds,
+        runs=runs,
+        quick=args.quick,
+        only=tuple(args.only or ()),
+        machine=machine(),
+        load=(load_start, os.getloadavg()[0]),
+    )
+    png = doc_dir / "benchmarks.png"
+    chart_note = chart(rows, png)
+    doc = markdown(rows, info, selected, None if chart_note else png.name, chart_note)
+    md_path = doc_dir / "benchmarks.md"
+    md_path.write_text(doc)
+    write_json(out_dir / "results.json", rows, info)
+
+    print(table(rows))
+    for line in verdicts(rows):
+        print(line)
+    print(f"\n{len(rows)} rows in {seconds:.0f} s; wrote {_rel(md_path)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

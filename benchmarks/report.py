@@ -1,0 +1,281 @@
+"""The report: the machine and versions, the results table, the targets met
+or missed, the method (each benchmark module's docstring) and, where
+matplotlib is installed, a PNG chart. Markdown for docs/benchmarks.md, JSON
+with every sample for later comparison."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import attrs
+import trio
+
+import multiserver
+from benchmarks.common import Row
+from benchmarks.peers import PEERS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@attrs.frozen
+class RunInfo:
+    date: str
+    seconds: float
+    runs: int
+    quick: bool
+    only: tuple[str, ...]
+    machine: tuple[tuple[str, str], ...]
+    # 1-minute load average when the run started and ended: other work on the
+    # machine (a test suite, a build) shows up here and in the spread.
+    load: tuple[float, float]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    return "unknown"
+
+
+def _git(*args: str) -> str:
+    # GIT_OPTIONAL_LOCKS=0: never take the index lock (others commit meanwhile).
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _multiserver_version() -> str:
+    commit = _git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return multiserver.__version__
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return f"{multiserver.__version__} (commit {commit}{', uncommitted changes' if dirty else ''})"
+
+
+def machine() -> tuple[tuple[str, str], ...]:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count() or 0
+    return (
+        ("CPUs (nproc)", str(usable)),
+        ("CPU model", _cpu_model()),
+        ("memory", _memory()),
+        ("kernel", f"{platform.system()} {platform.release()}"),
+        ("python", platform.python_version()),
+        ("trio", trio.__version__),
+        ("multiserver", _multiserver_version()),
+        *((p.name, p.version()) for p in PEERS),
+    )
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# --- formatting --------------------------------------------------------------------
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:.3f} s"
+    if unit == "ms":
+        return f"{value:.1f} ms"
+    if unit == "MiB":
+        return f"{value:.1f} MiB"
+    if unit == "MiB/s":
+        return f"{value:.0f} MiB/s"
+    return f"{value:.3g} {unit}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def table(rows: Sequence[Row]) -> str:
+    head = (
+        "| figure | subject | median | runs | baseline, same run | ratio | target | met | detail |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    last_figure = None
+    for r in rows:
+        figure = r.figure if r.figure != last_figure else ""
+        last_figure = r.figure
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "-"
+        met = {True: "met", False: "**missed**", None: ""}[r.met]
+        cells = [
+            figure,
+            r.subject,
+            fmt_value(r.value, r.unit) if r.value is not None else "not measured",
+            str(r.runs) if r.runs else "-",
+            f"{r.baseline}: {fmt_value(r.baseline_value, r.unit)}" if r.baseline else "-",
+            ratio,
+            r.target,
+            met,
+            r.detail,
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def verdicts(rows: Sequence[Row]) -> list[str]:
+    """One line per row with a target: met or missed, and by how much."""
+    out = []
+    for r in rows:
+        if r.met is None or r.value is None:
+            continue
+        limit = float(r.target.split()[1])
+        how = "met" if r.met else "**missed**"
+        gap = fmt_value(abs(limit - r.value), r.unit)
+        out.append(
+            f"- {r.figure}, {r.subject}: {fmt_value(r.value, r.unit)} against {r.target}: "
+            f"{how}, {'under' if r.met else 'over'} by {gap} ({r.value / limit:.2f}x the limit)"
+        )
+    return out
+
+
+def peer_comparison(rows: Sequence[Row]) -> list[str]:
+    """multiserver's best row against each measured peer, per figure."""
+    out = []
+    by_figure: dict[str, list[Row]] = {}
+    for r in rows:
+        by_figure.setdefault(r.figure, []).append(r)
+    peer_names = {p.name for p in PEERS}
+    for figure, group in by_figure.items():
+        ours = [r for r in group if r.subject.startswith("multiserver") and r.value]
+        theirs = [r for r in group if r.subject in peer_names and r.value]
+        if not ours or not theirs:
+            continue
+        best = min(ours, key=lambda r: r.value or 0.0)
+        parts = [
+            f"{p.subject} {fmt_value(p.value, p.unit)} = {(p.value or 0.0) / (best.value or 1.0):.2f}x"
+            for p in theirs
+        ]
+        out.append(
+            f"- {figure}: multiserver ({best.subject.removeprefix('multiserver').strip(', ')}) "
+            f"{fmt_value(best.value, best.unit)}; each peer, and its figure over "
+            f"multiserver's: {'; '.join(parts)}"
+        )
+    return out
+
+
+def markdown(
+    rows: Sequence[Row],
+    info: RunInfo,
+    modules: Sequence[ModuleType],
+    chart: str | None,
+    chart_note: str,
+) -> str:
+    parts = [
+        "# Benchmarks\n",
+        "Generated by `make bench` (`.venv/bin/python -m benchmarks`); do not edit by hand. "
+        f"Run on {info.date}; the whole run took {info.seconds:.0f} s"
+        + (" (`--quick`)" if info.quick else "")
+        + (f" (only: {', '.join(info.only)})" if info.only else "")
+        + ".\n",
+        "## Machine and versions\n",
+        "| | |\n|---|---|\n"
+        + "".join(f"| {k} | {_cell(v)} |\n" for k, v in info.machine)
+        + f"| load average (1 min), start / end | {info.load[0]:.2f} / {info.load[1]:.2f} |\n",
+        "## Results\n",
+        f"Every figure is the median of {info.runs} runs; each subject and its baseline are "
+        "measured in the same run, interleaved run by run. The ratio is the median of the "
+        "per-run ratios, subject over the baseline of the same run (for times and memory, "
+        "lower is better; for throughput, higher is). Sessions run `sleep 1000`; every process a benchmark starts is stopped "
+        "by pid; daemons and peers use fresh dirs under /tmp. The machine may be shared: "
+        "other work (see the load average above) slows every subject, so the ratios to the "
+        "same run's baseline travel better than the absolute figures.\n",
+        table(rows),
+    ]
+    v = verdicts(rows)
+    if v:
+        parts += ["## Targets (issue 2)\n", "\n".join(v) + "\n"]
+    c = peer_comparison(rows)
+    if c:
+        parts += ["## Against the peers\n", "\n".join(c) + "\n"]
+    parts.append("## Chart\n")
+    parts.append(f"![benchmarks]({chart})\n" if chart else chart_note + "\n")
+    parts.append("## Method\n")
+    for mod in modules:
+        doc = (mod.__doc__ or "").strip()
+        parts.append(f"### {mod.NAME} (`benchmarks/{mod.NAME}.py`)\n\n{doc}\n")
+    return "\n".join(parts)
+
+
+def write_json(path: Path, rows: Sequence[Row], info: RunInfo) -> None:
+    data = {
+        "info": attrs.asdict(info),
+        "rows": [{**attrs.asdict(r), "ratio": r.ratio} for r in rows],
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def chart(rows: Sequence[Row], path: Path) -> str:
+    """Draw one panel per figure (subjects and baseline) into ``path``.
+    Returns "" on success, else why no chart was drawn."""
+    try:
+        import matplotlib  # type: ignore[import-not-found,unused-ignore]
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return "No chart: matplotlib is not installed (it is not a dependency of this project)."
+    figures: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.value is not None:
+            figures.setdefault(r.figure, []).append(r)
+    if not figures:
+        return "No chart: nothing was measured."
+    fig, axes = plt.subplots(len(figures), 1, figsize=(9, 2.2 + 1.6 * len(figures)), squeeze=False)
+    for ax, (figure, group) in zip(axes[:, 0], figures.items(), strict=True):
+        labels = [r.subject for r in group] + [group[0].baseline]
+        values = [r.value or 0.0 for r in group] + [group[0].baseline_value or 0.0]
+        colors = ["tab:blue" if r.subject.startswith("multiserver") else "tab:gray" for r in group]
+        ax.barh(labels, values, color=[*colors, "tab:green"])
+        for r in group:
+            if r.target:
+                ax.axvline(float(r.target.split()[1]), linestyle="--", color="tab:red")
+                break
+        ax.set_title(figure, fontsize=9)
+        ax.set_xlabel(group[0].unit, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return ""
