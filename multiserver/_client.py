@@ -277,20 +277,13 @@ class Client:
         results: list[ClaimResult] = []
         with self._request() as (req, waiter):
             await self._send(Claim(req=req, ids=list(ids), steal=steal, keep_output=keep_output))
-            for child_id in ids:
+            while True:
                 event = await self._next(waiter)
                 msg = event.message
-                if isinstance(msg, Claimed):
-                    master = event.fds[0] if event.fds else None
-                    results.append(
-                        ClaimResult(msg.child.id, msg.child, master, msg.output, msg.dropped)
-                    )
-                else:
-                    assert isinstance(msg, ChildError)
-                    results.append(
-                        ClaimResult(msg.id, error=ChildFailed(msg.id, msg.errno, msg.message))
-                    )
-                del child_id
+                assert isinstance(msg, Claimed)
+                results += _claim_results(msg, event.fds)
+                if msg.last:
+                    break
         return results
 
     async def release(self, ids: Sequence[int]) -> tuple[list[int], list[ChildFailed]]:
@@ -400,6 +393,25 @@ class Client:
             if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
                 raise exc from exc.__cause__
             raise
+
+
+def _claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
+    """Split one Claimed frame into results (the codec checked that the fds
+    and output lengths add up)."""
+    results: list[ClaimResult] = []
+    pos = 0
+    next_fd = iter(fds)
+    for part in msg.children:
+        output = msg.outputs[pos : pos + part.output_len]
+        pos += part.output_len
+        if part.child is None:
+            results.append(
+                ClaimResult(part.id, error=ChildFailed(part.id, part.errno, part.message))
+            )
+            continue
+        master = next(next_fd) if part.fd else None
+        results.append(ClaimResult(part.id, part.child, master, output, part.dropped))
+    return results
 
 
 async def handshake(framed: FramedSocket) -> Welcome:

@@ -108,21 +108,23 @@ def close_fds(fds: Sequence[int]) -> None:
 
 
 def _strict(kind: type, name: str) -> Any:
+    """A structure hook that accepts exactly ``kind`` (an int for a float
+    too), nothing converted: "5" is not 5 and true is not 1. The common case
+    (the exact type) costs one comparison: it runs for every field."""
+
     def check(value: Any, _type: Any) -> Any:
-        if kind is int and isinstance(value, bool):
-            raise TypeError(f"expected {name}, got bool")
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        if type(value) is kind:
+            if isinstance(value, str) and not value.isascii():
+                # A lone surrogate ("\ud800" in JSON) has no UTF-8 form:
+                # echoing it back would fail in send(), far from its sender.
+                try:
+                    value.encode()
+                except UnicodeEncodeError:
+                    raise ValueError("string is not valid Unicode (lone surrogate)") from None
+            return value
+        if kind is float and type(value) is int:
             return float(value)
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {name}, got {type(value).__name__}")
-        if isinstance(value, str) and not value.isascii():
-            # A lone surrogate ("\ud800" in JSON) has no UTF-8 form: echoing it
-            # back would fail in send(), far from the peer that sent it.
-            try:
-                value.encode()
-            except UnicodeEncodeError:
-                raise ValueError("string is not valid Unicode (lone surrogate)") from None
-        return value
+        raise TypeError(f"expected {name}, got {type(value).__name__}")
 
     return check
 
@@ -207,6 +209,10 @@ def decode_body(cls: type[Message], body: bytes, blob: bytes) -> Message:
         data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"{cls.__name__}: body is not valid JSON ({exc})") from None
+    except RecursionError:
+        # "[[[[..." a few thousand deep: json.loads recurses per level. Left
+        # alone, it would escape the codec and take the daemon down with it.
+        raise ProtocolError(f"{cls.__name__}: body is not valid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ProtocolError(f"{cls.__name__}: body is not a JSON object")
     blob_field: str | None = getattr(cls, "BLOB", None)
@@ -340,6 +346,10 @@ class Codec:
             msg = decode_body(cls, body, blob)
         except ProtocolError as exc:
             raise self._fail(str(exc), fds) from None
+        check = getattr(msg, "check", None)
+        problem = check(len(fds)) if check is not None else None
+        if problem is not None:
+            raise self._fail(problem, fds)
         self._after_handshake(msg)
         self._check_orphan_fds(self._offset, fds)
         return Event(msg, tuple(fds))
@@ -351,6 +361,10 @@ class Codec:
             raise ValueError(f"a {self._role} may not send {type(msg).__name__}")
         if nfds > min(MAX_FDS.get(type(msg), 0), MAX_FDS_PER_FRAME):
             raise ValueError(f"{type(msg).__name__} may not carry {nfds} fds")
+        check = getattr(msg, "check", None)
+        problem = check(nfds) if check is not None else None
+        if problem is not None:
+            raise ValueError(problem)
         if isinstance(msg, Welcome):
             version = msg.version
         elif isinstance(msg, Refused | Hello):

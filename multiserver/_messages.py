@@ -16,8 +16,8 @@ from typing import ClassVar, Literal
 
 import attrs
 
-PROTOCOL_VERSION = 1
-MIN_PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+MIN_PROTOCOL_VERSION = 2
 
 ChildState = Literal["running", "exited"]
 
@@ -103,8 +103,8 @@ class Launch:
 
 @attrs.frozen
 class Claim:
-    """Claim several children in one request. Answered by one ``Claimed`` or
-    ``ChildError`` per id, in the order asked."""
+    """Claim several children in one request. Answered by ``Claimed``
+    frames (one result per id, in the order asked)."""
 
     TYPE: ClassVar[int] = 11
     req: int
@@ -183,21 +183,54 @@ class Launched:
 
 
 @attrs.frozen
+class ClaimedChild:
+    """One child of a ``Claimed`` frame: its info (None when its claim
+    failed, with ``errno`` and ``message``), the count of bytes dropped past
+    the bound since the last handover, the length of its buffered output
+    (the next ``output_len`` bytes of the frame's blob), and whether its
+    master fd travels with the frame (the next fd, in order; none for an
+    exited child)."""
+
+    id: int
+    child: ChildInfo | None = None
+    dropped: int = 0
+    output_len: int = 0
+    fd: bool = False
+    errno: int = 0
+    message: str = ""
+
+
+@attrs.frozen
 class Claimed:
-    """One child of a Claim: its master fd travels with this frame (none when
-    the child has exited), preceded by the output buffered while unheld."""
+    """The answer to a Claim: one ``ClaimedChild`` per id, in the order
+    asked, in one frame or more (at most 253 fds a frame); ``last`` marks the
+    final frame of the answer. The blob is the children's buffered outputs,
+    concatenated in order."""
 
     TYPE: ClassVar[int] = 31
-    BLOB: ClassVar[str] = "output"
+    BLOB: ClassVar[str] = "outputs"
     req: int
-    child: ChildInfo
-    dropped: int  # bytes dropped past the bound since the last handover
-    output: bytes = b""
+    children: list[ClaimedChild]
+    last: bool = True
+    outputs: bytes = b""
+
+    def check(self, nfds: int) -> str | None:
+        """Why the frame is inconsistent with the fds that came with it."""
+        want = sum(1 for c in self.children if c.fd)
+        if want != nfds:
+            return f"Claimed: {want} children say their fd comes with the frame, {nfds} fds came"
+        if any(
+            c.output_len < 0 or (c.child is None and (c.fd or c.output_len)) for c in self.children
+        ):
+            return "Claimed: a failed child carries output or an fd"
+        if sum(c.output_len for c in self.children) != len(self.outputs):
+            return "Claimed: the output lengths do not add up to the blob"
+        return None
 
 
 @attrs.frozen
 class ChildError:
-    """One child of a Claim or Release that could not be served."""
+    """One child of a Release that could not be served."""
 
     TYPE: ClassVar[int] = 32
     req: int
@@ -328,7 +361,7 @@ MESSAGE_TYPES: dict[int, type[Message]] = {
 }
 
 # Which messages may travel with fds, and how many at most.
-MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 1}
+MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 253}
 
 # Messages a client may send, and messages a daemon may send.
 CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(

@@ -18,14 +18,14 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 import trio
 
 from multiserver import _platform
 from multiserver._children import Child, ChildTable, LaunchError
-from multiserver._codec import Codec, close_fds
+from multiserver._codec import MAX_FDS_PER_FRAME, Codec, close_fds
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._messages import (
     MIN_PROTOCOL_VERSION,
@@ -35,6 +35,7 @@ from multiserver._messages import (
     Children,
     Claim,
     Claimed,
+    ClaimedChild,
     Collect,
     Collected,
     Error,
@@ -430,15 +431,20 @@ class Daemon:
             await conn.send(Launched(req=msg.req, child=child.info()))
 
     async def claim(self, conn: ClientConnection, msg: Claim) -> None:
-        # Every child is held (or refused) before the first checkpoint, so
-        # the whole claim is atomic; then the drains stop together.
-        outcomes: list[Child | ChildError] = []
+        # Every child is held (or refused) and handed over with no
+        # checkpoint in between, so the whole claim is atomic; the answer
+        # goes out in as few frames as the fd and size limits allow.
+        parts: list[tuple[ClaimedChild, bytes, int | None]] = []
         for child_id in msg.ids:
             child = self._lookup(child_id)
             if child is None:
-                outcomes.append(
-                    ChildError(
-                        req=msg.req, id=child_id, errno=errno.ENOENT, message=f"no child {child_id}"
+                parts.append(
+                    (
+                        ClaimedChild(
+                            id=child_id, errno=errno.ENOENT, message=f"no child {child_id}"
+                        ),
+                        b"",
+                        None,
                     )
                 )
                 continue
@@ -446,34 +452,30 @@ class Daemon:
             try:
                 self.children.hold(child, conn, steal=msg.steal)
             except LaunchError as exc:
-                outcomes.append(
-                    ChildError(req=msg.req, id=child_id, errno=exc.errno, message=exc.message)
+                parts.append(
+                    (ClaimedChild(id=child_id, errno=exc.errno, message=exc.message), b"", None)
                 )
                 continue
             if isinstance(previous, ClientConnection) and previous is not conn:
                 previous.held.discard(child_id)
             conn.held.add(child_id)
-            outcomes.append(child)
-        for outcome in outcomes:
-            if isinstance(outcome, ChildError):
-                await conn.send(outcome)
-                continue
-            child = outcome
-            if child.holder is not conn or self._lookup(child.id) is not child:
-                # Taken over (or collected) by another client meanwhile.
-                await conn.send(
-                    ChildError(
-                        req=msg.req,
-                        id=child.id,
-                        errno=errno.EBUSY,
-                        message=f"session {child.name} was taken by another client",
-                    )
-                )
-                continue
             output, dropped = self.children.handover(child, keep_output=msg.keep_output)
-            fds = [child.master] if child.running and child.master is not None else []
+            fd = child.master if child.running else None
+            part = ClaimedChild(
+                id=child_id,
+                child=child.info(),
+                dropped=dropped,
+                output_len=len(output),
+                fd=fd is not None,
+            )
+            parts.append((part, output, fd))
+        batches = list(claim_batches(parts))
+        for i, (children, outputs, fds) in enumerate(batches):
             await conn.send(
-                Claimed(req=msg.req, child=child.info(), dropped=dropped, output=output), fds
+                Claimed(
+                    req=msg.req, children=children, last=i == len(batches) - 1, outputs=outputs
+                ),
+                fds,
             )
 
     async def release(self, conn: ClientConnection, msg: Release) -> None:
@@ -595,6 +597,32 @@ class Daemon:
         await conn.send(Ok(req=msg.req))
         await conn.flush()
         self._stop.set()
+
+
+# A Claimed frame's outputs stay well under the frame limit.
+CLAIM_BATCH_BYTES = 8 * 1024 * 1024
+
+
+def claim_batches(
+    parts: list[tuple[ClaimedChild, bytes, int | None]],
+) -> Iterator[tuple[list[ClaimedChild], bytes, list[int]]]:
+    """Split a claim's answer into frames of at most 253 fds and about
+    CLAIM_BATCH_BYTES of output; always at least one frame."""
+    children: list[ClaimedChild] = []
+    outputs: list[bytes] = []
+    fds: list[int] = []
+    size = 0
+    for part, output, fd in parts:
+        full = len(fds) + (fd is not None) > MAX_FDS_PER_FRAME
+        if children and (full or size + len(output) > CLAIM_BATCH_BYTES):
+            yield children, b"".join(outputs), fds
+            children, outputs, fds, size = [], [], [], 0
+        children.append(part)
+        outputs.append(output)
+        size += len(output)
+        if fd is not None:
+            fds.append(fd)
+    yield children, b"".join(outputs), fds
 
 
 async def bind_listener(path: str) -> trio.socket.SocketType:

@@ -65,6 +65,7 @@ from multiserver._messages import (
     ChildTaken,
     Claim,
     Claimed,
+    ClaimedChild,
     Collect,
     Collected,
     Error,
@@ -85,7 +86,7 @@ from multiserver._messages import (
     Welcome,
 )
 from multiserver._paths import ensure_private_dir, fits_sun_path
-from multiserver._server import DaemonConfig, bind_listener
+from multiserver._server import DaemonConfig, bind_listener, claim_batches
 from multiserver._wire import FramedSocket, send_frame
 
 SERVER_NAME = "multiserver-sim/0.1"
@@ -864,24 +865,26 @@ class SimDaemon:
         return _Answer([(Launched(req=msg.req, child=child.info()), [])])
 
     def _on_claim(self, conn: _SimConnection, msg: Claim) -> _Answer:
-        replies: list[tuple[Message, list[int]]] = []
+        parts: list[tuple[ClaimedChild, bytes, int | None]] = []
         for child_id in msg.ids:
             child = self._children.get(child_id)
             if child is None:
-                error = ChildError(
-                    req=msg.req, id=child_id, errno=errno.ENOENT, message=f"no child {child_id}"
+                parts.append(
+                    (
+                        ClaimedChild(
+                            id=child_id, errno=errno.ENOENT, message=f"no child {child_id}"
+                        ),
+                        b"",
+                        None,
+                    )
                 )
-                replies.append((error, []))
                 continue
             previous = child._holder
             if previous is not None and previous is not conn and not msg.steal:
-                error = ChildError(
-                    req=msg.req,
-                    id=child_id,
-                    errno=errno.EBUSY,
-                    message=f"session {child.name} is held by another client",
+                busy = f"session {child.name} is held by another client"
+                parts.append(
+                    (ClaimedChild(id=child_id, errno=errno.EBUSY, message=busy), b"", None)
                 )
-                replies.append((error, []))
                 continue
             child._holder = conn
             if previous is not None and previous is not conn:
@@ -889,10 +892,27 @@ class SimDaemon:
                 previous.held.discard(child_id)
             conn.held.add(child_id)
             output, dropped = child._take_output(keep=msg.keep_output)
-            fds = [child._master_fd()] if child.running else []
-            claimed = Claimed(req=msg.req, child=child.info(), dropped=dropped, output=output)
-            replies.append((claimed, fds))
-        return _Answer(replies)
+            fd = child._master_fd() if child.running else None
+            part = ClaimedChild(
+                id=child_id,
+                child=child.info(),
+                dropped=dropped,
+                output_len=len(output),
+                fd=fd is not None,
+            )
+            parts.append((part, output, fd))
+        batches = list(claim_batches(parts))
+        return _Answer(
+            [
+                (
+                    Claimed(
+                        req=msg.req, children=children, last=i == len(batches) - 1, outputs=outputs
+                    ),
+                    fds,
+                )
+                for i, (children, outputs, fds) in enumerate(batches)
+            ]
+        )
 
     def _on_release(self, conn: _SimConnection, msg: Release) -> _Answer:
         replies: list[tuple[Message, list[int]]] = []

@@ -30,6 +30,8 @@ from multiserver._messages import (
     CLIENT_MESSAGES,
     DAEMON_MESSAGES,
     MESSAGE_TYPES,
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
     ChildError,
     ChildExited,
     ChildInfo,
@@ -37,6 +39,7 @@ from multiserver._messages import (
     ChildTaken,
     Claim,
     Claimed,
+    ClaimedChild,
     Collect,
     Collected,
     Error,
@@ -240,12 +243,24 @@ CLIENT_SAMPLES: list[Message] = [
     Shutdown(req=-1),
 ]
 
+
+def claimed(
+    req: int, child: ChildInfo, dropped: int = 0, output: bytes = b"", fd: bool | None = None
+) -> Claimed:
+    """A Claimed answer for one child (its fd comes along if it runs)."""
+    with_fd = child.state == "running" if fd is None else fd
+    part = ClaimedChild(
+        id=child.id, child=child, dropped=dropped, output_len=len(output), fd=with_fd
+    )
+    return Claimed(req=req, children=[part], outputs=output)
+
+
 DAEMON_SAMPLES: list[Message] = [
     Welcome(version=1, instance_id="ab" * 16, pid=99, server="d/0.1", children=[INFO, INFO_EXITED]),
     Refused(reason="no common protocol version", min_version=1, max_version=1),
     Launched(req=1, child=INFO),
-    Claimed(req=2, child=INFO, dropped=7, output=b"\x1b[1mhi\r\n\x00\xff"),
-    Claimed(req=2, child=INFO_EXITED, dropped=0),
+    claimed(2, INFO, 7, b"\x1b[1mhi\r\n\x00\xff", fd=False),
+    claimed(2, INFO_EXITED, 0),
     ChildError(req=2, id=9, errno=errno.ENOENT, message="no child 9"),
     Released(req=3, ids=[1, 2]),
     Ok(req=4),
@@ -289,7 +304,12 @@ def test_daemon_to_client_round_trip(msg: Message, pipes: Pipes) -> None:
         client, daemon = Codec("client"), Codec("daemon")
     else:
         client, daemon = connected()
-    fds = pipes.make(1) if isinstance(msg, Launched | Claimed) else []
+    nfds = (
+        sum(c.fd for c in msg.children)
+        if isinstance(msg, Claimed)
+        else int(isinstance(msg, Launched))
+    )
+    fds = pipes.make(nfds)
     frame = daemon.send(msg, len(fds))
     [event] = feed(client, frame, fds)
     assert event.message == msg
@@ -332,9 +352,23 @@ def test_hello_frame_bytes_match_the_documented_example() -> None:
     documented = bytes.fromhex(
         "".join(re.findall(r"^((?:[0-9a-f]{2} )*[0-9a-f]{2})", block, re.MULTILINE))
     )
-    frame = Codec("client").send(Hello(min_version=1, max_version=1, client="multiserver-client"))
+    hello = Hello(
+        min_version=MIN_PROTOCOL_VERSION, max_version=PROTOCOL_VERSION, client="multiserver-client"
+    )
+    frame = Codec("client").send(hello)
     assert frame == documented
-    assert frame[:HEADER_SIZE] == bytes.fromhex("4d53 0001 0001 0000 0000003f 00000000")
+    body = b'{"min_version":%d,"max_version":%d,"client":"multiserver-client"}' % (
+        MIN_PROTOCOL_VERSION,
+        PROTOCOL_VERSION,
+    )
+    assert frame[HEADER_SIZE:] == body
+    assert HEADER.unpack_from(frame) == (MAGIC, PROTOCOL_VERSION, Hello.TYPE, 0, len(body), 0)
+    # The prose around the bytes names the same message and length.
+    prose = (
+        f"Hello{{min_version: {MIN_PROTOCOL_VERSION}, max_version: {PROTOCOL_VERSION}, "
+        f'client: "multiserver-client"}}` is {len(frame)}'
+    )
+    assert re.search(re.escape(prose) + r"\s+bytes:", example)
 
 
 def test_send_refuses_what_the_role_may_not_send() -> None:
@@ -345,8 +379,12 @@ def test_send_refuses_what_the_role_may_not_send() -> None:
         daemon.send(Launch(req=1, argv=["sh"], env={}, cwd="/"))
     with pytest.raises(ValueError, match="Ok may not carry 1 fds"):
         daemon.send(Ok(req=1), 1)
-    with pytest.raises(ValueError, match="Claimed may not carry 2 fds"):
-        daemon.send(Claimed(req=1, child=INFO, dropped=0), 2)
+    with pytest.raises(ValueError, match="Claimed may not carry 254 fds"):
+        daemon.send(claimed(1, INFO, 0), 254)
+    with pytest.raises(
+        ValueError, match="1 children say their fd comes with the frame, 2 fds came"
+    ):
+        daemon.send(claimed(1, INFO, 0), 2)
     small = Codec("daemon", max_frame=64)
     with pytest.raises(ValueError, match="exceeds the maximum"):
         small.send(Peeked(req=1, child=INFO, dropped=0))
@@ -356,7 +394,7 @@ def test_send_refuses_what_the_role_may_not_send() -> None:
 
 
 def test_frame_split_at_every_byte_boundary(pipes: Pipes) -> None:
-    msg = Claimed(req=2, child=INFO, dropped=1, output=b"\x1b[31mred\x1b[0m\r\n")
+    msg = claimed(2, INFO, 1, b"\x1b[31mred\x1b[0m\r\n")
     frame = connected()[1].send(msg, 1)
     for cut in range(1, len(frame)):
         client, _ = connected()
@@ -375,7 +413,7 @@ def test_frames_fed_one_byte_at_a_time(pipes: Pipes) -> None:
     client, daemon = connected()
     msgs: list[Message] = [
         Ok(req=1),
-        Claimed(req=2, child=INFO, dropped=0, output=b"x"),
+        claimed(2, INFO, 0, b"x"),
         ChildTaken(id=1),
     ]
     fds = pipes.make(1)
@@ -416,7 +454,11 @@ def test_chunks_cutting_across_frames() -> None:
 def test_blob_round_trip(cls: type[Claimed] | type[Peeked], size: int) -> None:
     client, daemon = connected()
     output = os.urandom(size)
-    msg = cls(req=1, child=INFO, dropped=5, output=output)
+    msg = (
+        claimed(1, INFO, 5, output, fd=False)
+        if cls is Claimed
+        else Peeked(req=1, child=INFO, dropped=5, output=output)
+    )
     frame = daemon.send(msg)
     *_, body_len, blob_len = HEADER.unpack_from(frame)
     assert blob_len == size
@@ -428,12 +470,12 @@ def test_blob_round_trip(cls: type[Claimed] | type[Peeked], size: int) -> None:
 
 def test_blob_inside_the_body_is_refused(pipes: Pipes) -> None:
     client, _ = connected()
-    body = json.loads(encode_body(Claimed(req=1, child=INFO, dropped=0))[0])
-    body["output"] = "hi"
+    body = json.loads(encode_body(claimed(1, INFO, 0))[0])
+    body["outputs"] = "hi"
     fds = pipes.make(1)
     frame = raw_frame(Claimed.TYPE, body, nfds=1)
     message = assert_broken(
-        client, lambda: feed(client, frame, fds), "'output' must travel as the blob", fds, pipes
+        client, lambda: feed(client, frame, fds), "'outputs' must travel as the blob", fds, pipes
     )
     assert message.startswith("Claimed:")
 
@@ -607,7 +649,8 @@ def test_huge_declared_lengths_are_refused_without_waiting() -> None:
 
 
 def _claimed_body() -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(encode_body(Claimed(req=1, child=INFO, dropped=0))[0])
+    """A Launched body: a message that carries an fd, a nested ChildInfo."""
+    body: dict[str, Any] = json.loads(encode_body(Launched(req=1, child=INFO))[0])
     return body
 
 
@@ -623,11 +666,11 @@ MALFORMED_BODIES: list[tuple[str, bytes, str]] = [
     ("array", b"[1, 2]", "body is not a JSON object"),
     ("string", b'"req"', "body is not a JSON object"),
     ("null", b"null", "body is not a JSON object"),
-    ("missing field", _mutated(lambda b: b.pop("dropped")), "missing field 'dropped'"),
+    ("missing field", _mutated(lambda b: b.pop("child")), "missing field 'child'"),
     ("missing nested", _mutated(lambda b: b["child"].pop("tty")), "missing field 'tty'"),
     ("extra field", _mutated(lambda b: b.update(extra=1)), "Extra fields.*extra"),
     ("extra nested", _mutated(lambda b: b["child"].update(x=1)), "Extra fields.*ChildInfo: x"),
-    ("str for int", _mutated(lambda b: b.update(dropped="5")), "expected integer, got str"),
+    ("str for int", _mutated(lambda b: b.update(req="5")), "expected integer, got str"),
     ("bool for int", _mutated(lambda b: b.update(req=True)), "expected integer, got bool"),
     ("float for int", _mutated(lambda b: b["child"].update(pid=1.5)), "pid: expected integer"),
     ("null for int", _mutated(lambda b: b.update(req=None)), "req: expected integer, got NoneType"),
@@ -659,9 +702,9 @@ MALFORMED_BODIES: list[tuple[str, bytes, str]] = [
 def test_malformed_body_closes_the_frames_fds(body: bytes, match: str, pipes: Pipes) -> None:
     client, _ = connected()
     fds = pipes.make(1)
-    frame = raw_frame(Claimed.TYPE, body, b"out", nfds=1)
+    frame = raw_frame(Launched.TYPE, body, nfds=1)
     message = assert_broken(client, lambda: feed(client, frame, fds), match, fds, pipes)
-    assert message.startswith("Claimed: ")
+    assert message.startswith("Launched: ")
 
 
 def test_malformed_body_from_a_client() -> None:
@@ -676,11 +719,12 @@ def test_well_formed_variants_are_accepted() -> None:
     body = _claimed_body()
     body["child"]["started_at"] = 3  # an integer is a number
     body["child"].pop("fg_pid")  # a field with a default may be left out
-    [event] = feed(client, raw_frame(Claimed.TYPE, body))
-    assert isinstance(event.message, Claimed)
+    [fd] = os.pipe()[:1]
+    [event] = feed(client, raw_frame(Launched.TYPE, body, nfds=1), [fd])
+    assert isinstance(event.message, Launched)
     assert event.message.child.started_at == 3.0
     assert event.message.child.fg_pid is None
-    assert event.message.output == b""
+    close_events([event])
 
 
 # --- fds -----------------------------------------------------------------------------
@@ -756,9 +800,9 @@ def test_fds_of_one_chunk_are_assigned_in_frame_order(pipes: Pipes) -> None:
     client, daemon = connected()
     msgs: list[tuple[Message, int]] = [
         (Ok(req=1), 0),
-        (Claimed(req=2, child=INFO, dropped=0, output=b"a"), 1),
+        (claimed(2, INFO, 0, b"a"), 1),
         (ChildExited(id=1, exit_code=0), 0),
-        (Claimed(req=2, child=INFO_EXITED, dropped=0), 0),
+        (claimed(2, INFO_EXITED, 0), 0),
         (Launched(req=3, child=INFO), 1),
     ]
     stream = b"".join(daemon.send(m, n) for m, n in msgs)
@@ -790,13 +834,13 @@ def test_client_messages_never_carry_fds(pipes: Pipes) -> None:
 @pytest.mark.parametrize("nfds", [2, 253, 254, 65535])
 def test_too_many_fds_for_the_message(nfds: int, pipes: Pipes) -> None:
     client, _ = connected()
-    body, _ = encode_body(Claimed(req=1, child=INFO, dropped=0))
-    frame = raw_frame(Claimed.TYPE, body, nfds=nfds)
+    body, _ = encode_body(Launched(req=1, child=INFO))
+    frame = raw_frame(Launched.TYPE, body, nfds=nfds)
     fds = pipes.make(2)
     assert_broken(
         client,
         lambda: feed(client, frame, fds),
-        f"^Claimed may not carry {nfds} fds$",
+        f"^Launched may not carry {nfds} fds$",
         fds,
         pipes,
     )
@@ -860,7 +904,7 @@ def test_close_releases_queued_fds_but_not_delivered_ones(pipes: Pipes) -> None:
     client, daemon = connected()
     delivered, queued = pipes.make(2)
     [event] = feed(client, daemon.send(Launched(req=1, child=INFO), 1), [delivered])
-    frame = daemon.send(Claimed(req=2, child=INFO, dropped=0), 1)
+    frame = daemon.send(claimed(2, INFO, 0), 1)
     assert feed(client, frame[:20], [queued]) == []
     client.close()
     client.close()
@@ -868,3 +912,47 @@ def test_close_releases_queued_fds_but_not_delivered_ones(pipes: Pipes) -> None:
     assert event.fds == (delivered,)
     assert pipes.is_pipe(delivered, delivered)
     close_events([event])
+
+
+# --- claim batches ------------------------------------------------------------------
+
+
+def _batch(with_fds: int, outputs: list[bytes]) -> Claimed:
+    parts = [
+        ClaimedChild(id=i + 1, child=INFO, output_len=len(out), fd=i < with_fds)
+        for i, out in enumerate(outputs)
+    ]
+    parts.append(ClaimedChild(id=99, errno=2, message="no child 99"))
+    return Claimed(req=3, children=parts, last=False, outputs=b"".join(outputs))
+
+
+def test_claim_batch_round_trip_with_fds_in_order(pipes: Pipes) -> None:
+    client, daemon = connected()
+    msg = _batch(2, [b"one", b"", b"three"])
+    fds = pipes.make(2)
+    [event] = feed(client, daemon.send(msg, 2), fds)
+    assert event.message == msg
+    assert event.fds == tuple(fds)
+    close_events([event])
+
+
+@pytest.mark.parametrize(
+    ("mutate", "nfds", "match"),
+    [
+        (lambda b: None, 1, "2 children say their fd comes with the frame, 1 fds came"),
+        (lambda b: b["children"][0].update(output_len=4), 2, "output lengths do not add up"),
+        (lambda b: b["children"][3].update(fd=True), 3, "a failed child carries output or an fd"),
+    ],
+    ids=["fd count", "output lengths", "failed child with fd"],
+)
+def test_inconsistent_claim_batch_is_a_protocol_error(
+    mutate: Callable[[dict[str, Any]], object], nfds: int, match: str, pipes: Pipes
+) -> None:
+    client, _ = connected()
+    msg = _batch(2, [b"one", b"", b"three"])
+    body, blob = encode_body(msg)
+    data = json.loads(body)
+    mutate(data)
+    frame = raw_frame(Claimed.TYPE, data, blob, nfds=nfds)
+    fds = pipes.make(nfds)
+    assert_broken(client, lambda: feed(client, frame, fds), match, fds, pipes)

@@ -21,6 +21,9 @@ from multiserver._messages import (
     DAEMON_MESSAGES,
     MAX_FDS,
     MESSAGE_TYPES,
+    ChildInfo,
+    Claimed,
+    ClaimedChild,
     Hello,
     Message,
     Refused,
@@ -70,7 +73,39 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     raise TypeError(f"no strategy for {tp!r}")
 
 
+@st.composite
+def _claimed(draw: st.DrawFn) -> Claimed:
+    """A Claimed answer whose fd flags and output lengths are consistent."""
+    parts: list[ClaimedChild] = []
+    outputs: list[bytes] = []
+    for i in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            out = draw(st.binary(max_size=20))
+            child = draw(message_strategy(ChildInfo))
+            parts.append(
+                ClaimedChild(i, child, draw(st.integers(0, 9)), len(out), draw(st.booleans()))
+            )
+            outputs.append(out)
+        else:
+            parts.append(ClaimedChild(i, errno=2, message=draw(st.text(max_size=5))))
+    return Claimed(
+        req=draw(st.integers(0, 2**31)),
+        children=parts,
+        last=draw(st.booleans()),
+        outputs=b"".join(outputs),
+    )
+
+
+def fds_for(msg: Message, with_fd: bool) -> int:
+    """How many fds ``msg`` travels with (a Claimed says so itself)."""
+    if isinstance(msg, Claimed):
+        return sum(1 for c in msg.children if c.fd)
+    return 1 if with_fd and type(msg) in MAX_FDS else 0
+
+
 def message_strategy(cls: type[Any]) -> st.SearchStrategy[Any]:
+    if cls is Claimed:
+        return _claimed()
     hints = typing.get_type_hints(cls)
     return st.builds(cls, **{f.name: strategy_for(hints[f.name]) for f in attrs.fields(cls)})
 
@@ -160,7 +195,7 @@ def _daemon_traffic(draw: st.DrawFn, pipes: Pipes) -> _DaemonTraffic:
     nfds = [0]
     for msg, with_fd in draw(st.lists(st.tuples(DAEMON_REPLIES, st.booleans()), max_size=8)):
         msgs.append(msg)
-        nfds.append(1 if with_fd and type(msg) in MAX_FDS else 0)
+        nfds.append(fds_for(msg, with_fd))
     frames = [daemon.send(m, n) for m, n in zip(msgs, nfds, strict=True)]
     chunks = draw(_chunked(b"".join(frames)))
     ends = list(itertools.accumulate(len(c) for c in chunks))
@@ -290,7 +325,7 @@ def _valid_daemon_stream(draw: st.DrawFn) -> bytes:
     version = draw(st.integers(0, 2))
     parts = [daemon.send(Welcome(version=version, instance_id="i", pid=1, server="s", children=[]))]
     for msg in draw(st.lists(DAEMON_REPLIES, max_size=4)):
-        parts.append(daemon.send(msg, draw(st.integers(0, MAX_FDS.get(type(msg), 0)))))
+        parts.append(daemon.send(msg, fds_for(msg, draw(st.booleans()))))
     if draw(st.booleans()):
         parts.insert(0, daemon.send(Refused(reason="r", min_version=1, max_version=1)))
     return b"".join(parts)
