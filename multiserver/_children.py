@@ -64,6 +64,42 @@ def child_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def launch_problem(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    rows: int,
+    cols: int,
+    name: str,
+    linger: float | None,
+    name_taken: bool,
+    *,
+    cwd_must_exist: bool = True,
+) -> tuple[int, str] | None:
+    """(errno, one line) for a Launch the daemon refuses before spawning,
+    or None. Pure but for the cwd's existence; the simulated daemon of
+    ``multiserver.testing`` answers with the same checks."""
+    if not argv or not all(argv):
+        return errno.EINVAL, "empty command"
+    if not (1 <= rows <= 10000 and 1 <= cols <= 10000):
+        return errno.EINVAL, f"bad terminal size {rows}x{cols}"
+    if linger is not None and not (0 <= linger < 10**9):
+        return errno.EINVAL, f"bad linger {linger}"
+    if name and not NAME_RE.match(name):
+        return errno.EINVAL, f"bad session name {name!r}"
+    if name_taken:
+        return errno.EEXIST, f"a session named {name!r} exists already"
+    if any("\0" in a for a in (*argv, cwd, *env.keys(), *env.values())):
+        return errno.EINVAL, "a NUL byte in the command, cwd or environment"
+    if any(not k or "=" in k for k in env):
+        return errno.EINVAL, "an environment variable with an empty name or '=' in it"
+    if not os.path.isabs(cwd):
+        return errno.EINVAL, f"cwd must be absolute: {cwd}"
+    if cwd_must_exist and not os.path.isdir(cwd):
+        return errno.ENOENT, f"no such directory: {cwd}"
+    return None
+
+
 def resolve_executable(argv0: str, env: dict[str, str], cwd: str) -> str:
     """Find argv[0] on the child's PATH (not the daemon's)."""
     if "/" in argv0:
@@ -301,26 +337,10 @@ class ChildTable:
         holder: Holder | None,
     ) -> Child:
         """Spawn a child; raises LaunchError (errno + one line) on bad input."""
-        if not argv or not all(argv):
-            raise LaunchError(errno.EINVAL, "empty command")
-        if not (1 <= rows <= 10000 and 1 <= cols <= 10000):
-            raise LaunchError(errno.EINVAL, f"bad terminal size {rows}x{cols}")
-        if linger is not None and not (0 <= linger < 10**9):
-            raise LaunchError(errno.EINVAL, f"bad linger {linger}")
-        if name and not NAME_RE.match(name):
-            raise LaunchError(errno.EINVAL, f"bad session name {name!r}")
-        if name and any(c.name == name for c in self._children.values()):
-            raise LaunchError(errno.EEXIST, f"a session named {name!r} exists already")
-        if any("\0" in a for a in (*argv, cwd, *env.keys(), *env.values())):
-            raise LaunchError(errno.EINVAL, "a NUL byte in the command, cwd or environment")
-        if any(not k or "=" in k for k in env):
-            raise LaunchError(
-                errno.EINVAL, "an environment variable with an empty name or '=' in it"
-            )
-        if not os.path.isabs(cwd):
-            raise LaunchError(errno.EINVAL, f"cwd must be absolute: {cwd}")
-        if not os.path.isdir(cwd):
-            raise LaunchError(errno.ENOENT, f"no such directory: {cwd}")
+        name_taken = bool(name) and any(c.name == name for c in self._children.values())
+        problem = launch_problem(argv, env, cwd, rows, cols, name, linger, name_taken)
+        if problem is not None:
+            raise LaunchError(*problem)
         env = child_env(env)
         executable = resolve_executable(argv[0], env, cwd)
         try:

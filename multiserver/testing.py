@@ -51,7 +51,7 @@ import attrs
 import trio
 
 from multiserver._buffer import OutputBuffer
-from multiserver._children import NAME_RE, child_env
+from multiserver._children import child_env, launch_problem
 from multiserver._codec import MAGIC, Codec, close_fds
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._messages import (
@@ -500,32 +500,6 @@ def _error(msg: Message, err: int, message: str) -> _Answer:
     return _Answer([(Error(req=req, errno=err, message=message), [])])
 
 
-def _launch_problem(
-    argv: Sequence[str],
-    rows: int,
-    cols: int,
-    name: str,
-    linger: float | None,
-    cwd: str,
-    name_taken: bool,
-) -> tuple[int, str] | None:
-    """The real daemon's checks of a Launch, in its order (but the cwd's
-    existence and the command's, which the caller decides)."""
-    if not argv or not all(argv):
-        return errno.EINVAL, "empty command"
-    if not (1 <= rows <= 10000 and 1 <= cols <= 10000):
-        return errno.EINVAL, f"bad terminal size {rows}x{cols}"
-    if linger is not None and not (0 <= linger < 10**9):
-        return errno.EINVAL, f"bad linger {linger}"
-    if name and not NAME_RE.match(name):
-        return errno.EINVAL, f"bad session name {name!r}"
-    if name and name_taken:
-        return errno.EEXIST, f"a session named {name!r} exists already"
-    if not os.path.isabs(cwd):
-        return errno.EINVAL, f"cwd must be absolute: {cwd}"
-    return None
-
-
 def _with_version(frame: bytes, version: int) -> bytes:
     out = bytearray(frame)
     _VERSION_FIELD.pack_into(out, len(MAGIC), version)
@@ -624,7 +598,10 @@ class SimDaemon:
         """A running, unheld child, as if launched detached earlier. Raises
         ValueError where the daemon would refuse the launch (``cwd`` need
         not exist)."""
-        problem = _launch_problem(argv, rows, cols, name, linger, cwd, self._name_taken(name))
+        taken = bool(name) and self._name_taken(name)
+        problem = launch_problem(
+            list(argv), dict(env or {}), cwd, rows, cols, name, linger, taken, cwd_must_exist=False
+        )
         if problem is not None:
             raise ValueError(problem[1])
         return self._new_child(argv, name, cwd, dict(env or {}), rows, cols, linger)
@@ -846,11 +823,10 @@ class SimDaemon:
         return _Answer([(welcome, [])])
 
     def _on_launch(self, conn: _SimConnection, msg: Launch) -> _Answer:
-        problem = _launch_problem(
-            msg.argv, msg.rows, msg.cols, msg.name, msg.linger, msg.cwd, self._name_taken(msg.name)
+        name_taken = bool(msg.name) and self._name_taken(msg.name)
+        problem = launch_problem(
+            msg.argv, msg.env, msg.cwd, msg.rows, msg.cols, msg.name, msg.linger, name_taken
         )
-        if problem is None and not os.path.isdir(msg.cwd):
-            problem = errno.ENOENT, f"no such directory: {msg.cwd}"
         if problem is None and msg.argv[0] in self.missing_commands:
             problem = errno.ENOENT, f"command not found: {msg.argv[0]}"
         if problem is not None:
