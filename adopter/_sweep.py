@@ -25,6 +25,7 @@ from adopter._adopt import OrphanSink
 from adopter._policy import RowState, classify, orphans
 from multiserver import (
     ChildInfo,
+    ClaimResult,
     Client,
     DaemonNotRunning,
     MultiserverError,
@@ -88,62 +89,47 @@ def _remove_stale(sock: Path) -> str:
     return "removed"
 
 
-async def _adopt_children(
-    client: Client, sock: str, candidates: list[ChildInfo], sink: OrphanSink, *, keep: bool
-) -> list[SweepRow]:
-    """Claim ``candidates`` in one request, adopt what we got, report the rest."""
-    rows: list[SweepRow] = []
-    results = await client.claim([c.id for c in candidates], keep_output=True)
-    release: list[int] = []
-    for result in results:
-        if result.error is not None:
-            held = result.error.errno == errno.EBUSY
-            rows.append(
-                SweepRow(
-                    sock,
-                    "live",
-                    "skipped",
-                    detail="already held by another client" if held else result.error.message,
-                )
-            )
-            continue
-        assert result.child is not None
-        if result.master is not None and not keep:
-            os.close(result.master)
-        rows.append(await _adopt_one(client, sock, result.child, sink, release))
-    if release and not keep:
-        with contextlib.suppress(MultiserverError):
-            await client.release(release)
-    return rows
+def _ended_row(sock: str, state: RowState, child: ChildInfo, collected: bool) -> SweepRow:
+    then = "collected" if collected else "not collected (its daemon did not answer)"
+    return SweepRow(
+        sock,
+        state,
+        "ended",
+        detail=f"orphan {child.name} had exited with code {child.exit_code}; {then}",
+        exit_code=child.exit_code,
+    )
 
 
-async def _adopt_one(
-    client: Client, sock: str, child: ChildInfo, sink: OrphanSink, release: list[int]
+async def _record(
+    client: Client, sock: str, state: RowState, child: ChildInfo, sink: OrphanSink
 ) -> SweepRow:
-    if child.state == "exited":
-        with contextlib.suppress(MultiserverError):
-            await client.collect(child.id)
+    """Record a claimed, running child as an orphan session (one transaction).
+    A store that fails (busy past its timeout, I/O) costs this child only: it
+    stays an orphan for the next sweep."""
+    try:
+        leaf = await trio.to_thread.run_sync(sink.record, child, sock, client.instance_id)
+    except MultiserverError as exc:
         return SweepRow(
             sock,
-            "live",
-            "ended",
-            detail=f"orphan {child.name} had exited; collected",
-            exit_code=child.exit_code,
+            state,
+            "retry",
+            detail=f"child {child.id} not recorded: {exc}; next sweep tries again",
         )
-    release.append(child.id)
-    leaf = await trio.to_thread.run_sync(sink.record, child, sock, client.instance_id)
     if leaf is None:
         return SweepRow(
-            sock, "live", "skipped", detail=f"child {child.id} is a saved session already"
+            sock, state, "skipped", detail=f"child {child.id} is a saved session already"
         )
     return SweepRow(
-        sock, "live", "adopted", name=leaf.name, detail=f"pid {child.pid}: {' '.join(child.argv)}"
+        sock, state, "adopted", name=leaf.name, detail=f"pid {child.pid}: {' '.join(child.argv)}"
     )
 
 
 async def _sweep_socket(
     sock: Path, sink: OrphanSink, adopt: bool, bound: float, rows: list[SweepRow]
 ) -> None:
+    """One socket. ``bound`` limits the talk with its daemon (connect, hello,
+    claim, collect); once the daemon has handed a child over, recording it is
+    not cut short, so what was adopted is always what the report says."""
     s = str(sock)
     try:
         check_socket(sock)
@@ -152,7 +138,15 @@ async def _sweep_socket(
             return  # gone since the scan
         rows.append(SweepRow(s, "refused", "skipped", detail=f"not connected to: {exc}"))
         return
-    with trio.move_on_after(bound) as scope:
+    unresponsive = SweepRow(
+        s,
+        "unresponsive",
+        "retry",
+        detail=f"did not answer within {bound:g} s; next sweep tries again",
+    )
+    deadline = trio.current_time() + bound
+    client: Client | None = None
+    with trio.CancelScope(deadline=deadline):
         try:
             client = await dial(sock)
         except DaemonNotRunning:
@@ -161,14 +155,7 @@ async def _sweep_socket(
             )
             if state == "stale":
                 action = _remove_stale(sock) if adopt else "would-remove"
-                rows.append(
-                    SweepRow(
-                        s,
-                        "stale",
-                        "removed" if action == "removed" else action,
-                        detail="its daemon is gone",
-                    )
-                )
+                rows.append(SweepRow(s, "stale", action, detail="its daemon is gone"))
             else:
                 rows.append(
                     SweepRow(
@@ -182,47 +169,85 @@ async def _sweep_socket(
         except MultiserverError as exc:
             rows.append(SweepRow(s, "unresponsive", "retry", detail=str(exc)))
             return
-        async with client:
-            found = orphans(client.welcome.children, s, client.instance_id, sink.arrangement())
-            if not found:
+    if client is None:
+        rows.append(unresponsive)
+        return
+    # Leaving this block hangs up: the daemon takes back every child we
+    # claimed and did not collect (adopted ones included: they are saved now).
+    async with client:
+        found = orphans(client.welcome.children, s, client.instance_id, sink.arrangement())
+        if not found:
+            rows.append(
+                SweepRow(
+                    s, "live", "none", detail=f"{len(client.welcome.children)} children, no orphans"
+                )
+            )
+            return
+        if not adopt:
+            rows += [
+                SweepRow(
+                    s,
+                    "live",
+                    "would-adopt" if c.state == "running" else "would-collect",
+                    name=c.name,
+                    detail=" ".join(c.argv)
+                    if c.state == "running"
+                    else f"exited with code {c.exit_code}: {' '.join(c.argv)}",
+                    exit_code=c.exit_code,
+                )
+                for c in found
+            ]
+            return
+        results: list[ClaimResult] = []
+        with trio.CancelScope(deadline=deadline):
+            try:
+                results = await client.claim([c.id for c in found], keep_output=True)
+            except MultiserverError as exc:  # it broke the protocol or hung up
+                rows.append(SweepRow(s, "unresponsive", "retry", detail=str(exc)))
+                return
+        if not results:
+            rows.append(unresponsive)
+            return
+        running: list[ChildInfo] = []
+        for result in results:
+            if result.master is not None:
+                os.close(result.master)  # the fd is the app's to take, on attach
+            if result.error is not None or result.child is None:
+                held = result.error is not None and result.error.errno == errno.EBUSY
+                why = result.error.message if result.error else "no child"
                 rows.append(
                     SweepRow(
                         s,
                         "live",
-                        "none",
-                        detail=f"{len(client.welcome.children)} children, no orphans",
+                        "skipped",
+                        detail="already held by another client" if held else why,
                     )
                 )
-                return
-            if not adopt:
-                rows += [
-                    SweepRow(
-                        s,
-                        "live",
-                        "would-adopt" if c.state == "running" else "would-collect",
-                        name=c.name,
-                        detail=" ".join(c.argv),
-                        exit_code=c.exit_code,
-                    )
-                    for c in found
-                ]
-                return
-            rows += await _adopt_children(client, s, found, sink, keep=False)
-    if scope.cancelled_caught:
-        rows.append(
-            SweepRow(
-                s,
-                "unresponsive",
-                "retry",
-                detail=f"did not answer within {bound:g} s; next sweep tries again",
-            )
-        )
+            elif result.child.state == "exited":
+                collected = False
+                with trio.CancelScope(deadline=deadline), contextlib.suppress(MultiserverError):
+                    await client.collect(result.child.id)
+                    collected = True
+                rows.append(_ended_row(s, "live", result.child, collected))
+            else:
+                running.append(result.child)
+        for child in running:
+            rows.append(await _record(client, s, "live", child, sink))
 
 
-async def sweep(sink: OrphanSink, *, adopt: bool = True, bound: float = SWEEP_BOUND) -> SweepReport:
+async def sweep(
+    sink: OrphanSink,
+    *,
+    adopt: bool = True,
+    bound: float = SWEEP_BOUND,
+    skip: frozenset[str] = frozenset(),
+) -> SweepReport:
     """One pass over every daemon socket. With ``adopt=False`` it only says
-    what it would do. Each socket is bounded by ``bound``, so the whole pass
-    takes about ``bound`` at most whatever the daemons do.
+    what it would do. The talk with each daemon is bounded by ``bound``, so
+    the whole pass takes about ``bound`` at most whatever the daemons do
+    (plus recording what was claimed: one local transaction per adoption).
+    Sockets in ``skip`` (those that just failed to answer a restore) are
+    reported for the next sweep without being contacted.
 
     Cancellation: what was done is done (adoptions are recorded one
     transaction each); nothing is left open.
@@ -238,6 +263,10 @@ async def sweep(sink: OrphanSink, *, adopt: bool = True, bound: float = SWEEP_BO
     sockets = [p for p in find_sockets() if str(p.parent) not in unsafe_dirs]
     async with trio.open_nursery() as nursery:
         for sock in sockets:
+            if str(sock) in skip:
+                detail = "did not answer the restore in time; the next sweep tries again"
+                rows.append(SweepRow(str(sock), "unresponsive", "retry", detail=detail))
+                continue
             nursery.start_soon(_sweep_socket, sock, sink, adopt, bound, rows)
     order = {str(p): i for i, p in enumerate(sockets)}
     rows.sort(key=lambda r: order.get(r.socket, -1))
@@ -248,10 +277,13 @@ async def adopt_late(
     att: DaemonAttachment, sink: OrphanSink, *, keep: bool = False
 ) -> list[SweepRow]:
     """Adopt a partial attach that arrived after restore's deadline: its
-    children are claimed already; record each as an orphan session, then
-    release them (unless ``keep``: an app that shows them keeps the fds).
+    children are claimed already; record each as an orphan session and
+    collect the exited ones, then close the attachment, which gives the
+    children back to their daemon (unless ``keep``: an app that shows them
+    keeps the connection and the fds).
 
-    Cancellation: the attachment is closed; its children go back to the daemon.
+    Cancellation: the attachment is closed; its children go back to the
+    daemon. Adoptions recorded so far stay recorded.
     """
     rows: list[SweepRow] = []
     client = att.client
@@ -259,17 +291,18 @@ async def adopt_late(
     try:
         if client is None:
             return [SweepRow(sock, "late", "skipped", detail=att.error or "no connection")]
-        release: list[int] = []
         for name, result in att.claimed.items():
             if result.error is not None or result.child is None:
                 detail = result.error.message if result.error else "no child"
                 rows.append(SweepRow(sock, "late", "skipped", detail=f"{name}: {detail}"))
-                continue
-            row = await _adopt_one(client, sock, result.child, sink, release)
-            rows.append(attrs.evolve(row, state="late"))
-        if release and not keep:
-            with contextlib.suppress(MultiserverError):
-                await client.release(release)
+            elif result.child.state == "exited":
+                collected = False
+                with contextlib.suppress(MultiserverError):
+                    await client.collect(result.child.id)
+                    collected = True
+                rows.append(_ended_row(sock, "late", result.child, collected))
+            else:
+                rows.append(await _record(client, sock, "late", result.child, sink))
     finally:
         if not keep:
             att.close()

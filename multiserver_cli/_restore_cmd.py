@@ -68,9 +68,20 @@ async def cmd_restore(args: Namespace) -> int:
 
         options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
         async with trio.open_nursery() as nursery:
+            # Late arrivals wait until every session is built: until then a
+            # leaf may still reference the late child (its relaunch is not
+            # saved yet), and adopting it would be refused.
+            late: list[DaemonAttachment] = []
+            built = False
 
             async def adopt(att: DaemonAttachment) -> None:
                 late_rows.extend(await adopt_late(att, sink))
+
+            def on_late(att: DaemonAttachment) -> None:
+                if built:
+                    nursery.start_soon(adopt, att)
+                else:
+                    late.append(att)
 
             result = await restore_arrangement(
                 arrangement,
@@ -81,12 +92,15 @@ async def cmd_restore(args: Namespace) -> int:
                 hold=False,
                 keep_output=True,
                 progress=progress,
-                on_late=lambda att: nursery.start_soon(adopt, att),
+                on_late=on_late,
             )
             # Claims go back so `multiserver attach NAME` works afterwards;
             # the output they carried stays in the daemons (keep_output).
             with trio.CancelScope(shield=True):
                 await release_claims(result)
+            built = True
+            for att in late:
+                await adopt(att)
             # Only now, with the partial attach phase resolved and every
             # session built, may the sweep take what nobody claimed.
             wedged = frozenset(t.socket for t in result.phase.timed_out)
