@@ -14,6 +14,7 @@ import time
 from argparse import Namespace
 from collections.abc import AsyncIterator
 
+import attrs
 import trio
 
 from multiserver import (
@@ -92,6 +93,9 @@ async def cmd_stop(args: Namespace) -> int:
 
 async def cmd_new(args: Namespace) -> int:
     name = check_name(args.name) if args.name else ""
+    if not args.detach and not os.isatty(0):
+        # Checked before launching: else the session would be left running, held by nobody.
+        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
     if args.attach_existing:
         if not name:
             raise CliError("-A needs a session name (-n NAME)", 2)
@@ -158,6 +162,7 @@ async def cmd_attach(args: Namespace) -> int:
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
+        child = attrs.evolve(result.child, name=name)  # the name the user knows it by
         replay = _state.take_notice(name) + result.output
         if result.dropped:
             replay = (
@@ -165,12 +170,10 @@ async def cmd_attach(args: Namespace) -> int:
                 + replay
             )
         if result.master is None:
-            return await _attach.attach_exited(
-                client, result.child, replay, say, _state.close_exited
-            )
+            return await _attach.attach_exited(client, child, replay, say, _state.close_exited)
         return await _attach.run_attached(
             client,
-            result.child,
+            child,
             result.master,
             replay=replay,
             detach_key=args.detach_key,

@@ -110,17 +110,19 @@ class Located:
 
 
 async def find_session(name: str, number: int | None) -> Located:
-    """The session called ``name``; CliError if none or several match."""
+    """The session called ``name``: the saved session of that name if its
+    child lives (an adopted orphan is saved under a name of its own), else
+    the daemons' child of that name. CliError if none or several match."""
     check_name(name)
     result = await scan(number)
-    matches = [
-        Located(d.socket, d.instance_id, c)
-        for d in result.daemons
-        for c in d.children
-        if c.name == name
-    ]
+    matches = _by_saved_name(name, result)
     if not matches:
-        matches = _by_saved_name(name, result)
+        matches = [
+            Located(d.socket, d.instance_id, c)
+            for d in result.daemons
+            for c in d.children
+            if c.name == name
+        ]
     if not matches:
         extra = f" ({'; '.join(result.problems)})" if result.problems else ""
         raise CliError(f"no session named {name!r}{extra}")
@@ -138,7 +140,8 @@ def _by_saved_name(name: str, result: Scan) -> list[Located]:
         return []
     ref = leaf.ref
     return [
-        Located(d.socket, d.instance_id, c)
+        # Shown under the name the user knows it by.
+        Located(d.socket, d.instance_id, attrs.evolve(c, name=name))
         for d in result.daemons
         if str(d.socket) == ref.socket and d.instance_id == ref.instance_id
         for c in d.children
