@@ -123,6 +123,14 @@ class OutputBuffer:
         cut = safe_start(self._data, len(self._data) - max_bytes)
         return bytes(self._data[cut:]), self._dropped
 
+    def replace(self, data: bytes) -> None:
+        """Hold the newest ``limit`` bytes of ``data`` (from a safe start)
+        instead of what it held; the dropped count starts again at 0."""
+        self._data = bytearray(data)
+        self._dropped = 0
+        self._trim(0)
+        self._dropped = 0
+
     def take(self) -> tuple[bytes, int]:
         """(everything kept, dropped since the last take), and empty."""
         self._trim(0)

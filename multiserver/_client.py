@@ -286,9 +286,16 @@ class Client:
                     break
         return results
 
-    async def release(self, ids: Sequence[int]) -> tuple[list[int], list[ChildFailed]]:
+    async def release(
+        self, ids: Sequence[int], *, replace_output: bytes | None = None
+    ) -> tuple[list[int], list[ChildFailed]]:
         """Give children back to the daemon, which drains them again. Stop
         reading their fds first (and close your copies after).
+
+        ``replace_output``: what this client last showed of them; the daemon
+        keeps it (bounded) in place of their kept output, so the next claim
+        replays the screen left behind. Pair it with ``claim(keep_output=True)``
+        so that a client that dies before releasing loses nothing.
 
         Returns (released ids, failures).
 
@@ -296,7 +303,14 @@ class Client:
         """
         failures: list[ChildFailed] = []
         with self._request() as (req, waiter):
-            await self._send(Release(req=req, ids=list(ids)))
+            await self._send(
+                Release(
+                    req=req,
+                    ids=list(ids),
+                    replace_output=replace_output is not None,
+                    output=replace_output or b"",
+                )
+            )
             while True:
                 event = await self._next(waiter)
                 msg = event.message

@@ -117,9 +117,17 @@ class Claim:
 
 @attrs.frozen
 class Release:
+    """Give children back; the daemon drains them again. With
+    ``replace_output``, each child's kept output becomes ``output``: what
+    the releasing client last showed (so the next claim replays the screen
+    it left), in place of the output this client claimed and showed."""
+
     TYPE: ClassVar[int] = 12
+    BLOB: ClassVar[str] = "output"
     req: int
     ids: list[int]
+    replace_output: bool = False
+    output: bytes = b""
 
 
 @attrs.frozen

@@ -498,6 +498,8 @@ class Daemon:
                 )
                 continue
             conn.held.discard(child_id)
+            if msg.replace_output:
+                child.buffer.replace(msg.output)
             self.children.become_unheld(child)
             released.append(child_id)
         await conn.send(Released(req=msg.req, ids=released))

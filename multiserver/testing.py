@@ -904,6 +904,8 @@ class SimDaemon:
                 replies.append((ChildError(req=msg.req, id=child_id, errno=err, message=why), []))
                 continue
             conn.held.discard(child_id)
+            if msg.replace_output:
+                child._buffer.replace(msg.output)
             child._become_unheld()
             released.append(child_id)
         replies.append((Released(req=msg.req, ids=released), []))

@@ -22,12 +22,15 @@ import attrs
 import trio
 
 from multiserver import ChildExited, ChildInfo, ChildTaken, Client, MultiserverError
+from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy
 from multiserver_cli._sessions import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Closes a session whose program exited: collect it, forget its saved session.
 CloseExited = Callable[[Client, ChildInfo], Awaitable[None]]
+# How much of what the terminal showed goes back to the daemon on detach.
+SCREEN_KEEP = 256 * 1024
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
 EXIT_NOTICE_WAIT = 5.0
 
@@ -87,6 +90,11 @@ async def run_attached(
     if not os.isatty(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
     name = child.name
+    # What this terminal shows, handed back on release so that the next
+    # attach replays the screen left behind (a shell's too, not only
+    # full-screen programs, which redraw).
+    shown = OutputBuffer(SCREEN_KEEP)
+    shown.append(replay)
     ctl_r, ctl_w = os.pipe()
     outcome = _Outcome()
     try:
@@ -130,7 +138,14 @@ async def run_attached(
                 nursery.start_soon(watch)
                 nursery.start_soon(notices)
                 reason = await trio.to_thread.run_sync(
-                    _proxy.proxy, master, stdin, stdout, ctl_r, detach_key, abandon_on_cancel=False
+                    _proxy.proxy,
+                    master,
+                    stdin,
+                    stdout,
+                    ctl_r,
+                    detach_key,
+                    shown,
+                    abandon_on_cancel=False,
                 )
                 if reason == _proxy.EOF:
                     with trio.move_on_after(EXIT_NOTICE_WAIT):
@@ -151,7 +166,7 @@ async def run_attached(
         await close_exited(client, child)
         say(f"[{name} exited with code {code}]")
         return exit_status(code)
-    await client.release([child.id])
+    await client.release([child.id], replace_output=shown.peek()[0])
     if outcome.signal is not None:
         return 128 + outcome.signal
     if reason == _proxy.TERMINAL_GONE:

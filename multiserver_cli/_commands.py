@@ -158,7 +158,9 @@ async def cmd_attach(args: Namespace) -> int:
     found = await find_session(name, args.daemon if args.daemon_given else None)
     async with open_client_bounded(DaemonPaths.for_socket(found.socket), start=False) as client:
         async with bounded("attach"):
-            (result,) = await client.claim([found.child.id], steal=True)
+            # keep_output: if this client dies before it releases, the
+            # daemon still has the output it was about to show.
+            (result,) = await client.claim([found.child.id], steal=True, keep_output=True)
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None

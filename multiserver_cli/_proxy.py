@@ -18,6 +18,8 @@ import termios
 import tty
 from collections.abc import Iterator
 
+from multiserver._buffer import OutputBuffer
+
 READ_SIZE = 65536
 BATCH = 256 * 1024
 
@@ -66,8 +68,11 @@ def _read_batch(fd: int) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-def proxy(master: int, stdin: int, stdout: int, ctl: int, detach_key: bytes | None) -> str:
+def proxy(
+    master: int, stdin: int, stdout: int, ctl: int, detach_key: bytes | None, shown: OutputBuffer
+) -> str:
     """Copy master -> stdout and stdin -> master until detach, EOF or ``ctl``.
+    ``shown`` keeps the newest of what was written to the terminal.
 
     Returns one of DETACH, EOF, TERMINAL_GONE, STOPPED.
     """
@@ -88,6 +93,7 @@ def proxy(master: int, stdin: int, stdout: int, ctl: int, detach_key: bytes | No
                 data, ended = _read_batch(master)
                 if data:
                     write_all(stdout, data)
+                    shown.append(data)
                 if ended:
                     return EOF
             elif fd == stdin:

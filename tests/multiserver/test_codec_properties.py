@@ -81,7 +81,7 @@ def _claimed(draw: st.DrawFn) -> Claimed:
     for i in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
             out = draw(st.binary(max_size=20))
-            child = draw(message_strategy(ChildInfo))
+            child = draw(_CHILD_INFO)
             parts.append(
                 ClaimedChild(i, child, draw(st.integers(0, 9)), len(out), draw(st.booleans()))
             )
@@ -108,6 +108,9 @@ def message_strategy(cls: type[Any]) -> st.SearchStrategy[Any]:
         return _claimed()
     hints = typing.get_type_hints(cls)
     return st.builds(cls, **{f.name: strategy_for(hints[f.name]) for f in attrs.fields(cls)})
+
+
+_CHILD_INFO = message_strategy(ChildInfo)
 
 
 def _messages(classes: frozenset[type[Message]]) -> st.SearchStrategy[Message]:
@@ -205,9 +208,9 @@ def _daemon_traffic(draw: st.DrawFn, pipes: Pipes) -> _DaemonTraffic:
     for frame, n in zip(frames, nfds, strict=True):
         if n:
             index = next(i for i, end in enumerate(ends) if start < end)
-            [fd] = pipes.make(1)
-            fds_at.setdefault(index, []).append(fd)
-            sent.append(fd)
+            fds = pipes.make(n)
+            fds_at.setdefault(index, []).extend(fds)
+            sent.extend(fds)
         start += len(frame)
     return _DaemonTraffic(version, msgs, nfds, chunks, fds_at, sent)
 
