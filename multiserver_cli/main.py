@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 import trio
 
@@ -21,6 +22,13 @@ from multiserver_cli._proxy import parse_key
 from multiserver_cli._sessions import CliError
 
 DEFAULT_DETACH = "^\\"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"multiserver: {message} (see: {self.prog} --help)\n")
 
 
 def _detach_options(p: argparse.ArgumentParser) -> None:
@@ -55,7 +63,7 @@ def _sub(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="multiserver",
         description="Terminal sessions that outlive their terminal. With no command: attach to the session 'main', creating it if needed.",
         epilog="examples:\n  multiserver                 # the session 'main'\n  multiserver new -d -n build -- make\n  multiserver ls\n  multiserver attach build",
