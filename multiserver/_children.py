@@ -40,6 +40,8 @@ OWN_ENV_PREFIX = "MULTISERVER_"
 # After SIGHUP, how long a lingering or force-stopped child gets before SIGKILL.
 KILL_GRACE = 5.0
 READ_SIZE = 65536
+# The longest the drain loop reads before it lets the request handlers run.
+DRAIN_SLICE = 0.005
 
 
 class Holder(Protocol):
@@ -283,9 +285,12 @@ class ChildTable:
     async def _drain_loop(self) -> None:
         while True:
             await trio.lowlevel.wait_readable(self._drain_set.fileno())
-            # One read (about 4 KiB) per ready child per round, then a
-            # checkpoint: a flooding child cannot starve the others, nor the
-            # request handlers.
+            # Up to READ_SIZE per ready child per round: a flooding child
+            # cannot starve the others. A checkpoint between two children
+            # once DRAIN_SLICE has passed: a round of a thousand flooding
+            # children (~64 MB, a second) cannot starve the request handlers.
+            # A child claimed meanwhile has left ``_draining``: skipped.
+            slice_end = time.monotonic() + DRAIN_SLICE
             for fd in self._drain_set.ready():
                 child = self._draining.get(fd)
                 if child is None:
@@ -293,6 +298,9 @@ class ChildTable:
                 child.read_some(READ_SIZE)
                 if child.eof:
                     self._stop_draining(child)
+                if time.monotonic() >= slice_end:
+                    await trio.lowlevel.checkpoint()
+                    slice_end = time.monotonic() + DRAIN_SLICE
             await trio.lowlevel.checkpoint()
 
     async def _reap_loop(self) -> None:
