@@ -27,6 +27,8 @@ from multiserver_cli import _proxy
 from multiserver_cli._sessions import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
+# Prints a status line; True when the terminal's cursor is at a line start.
+Say = Callable[[str, bool], None]
 # Closes a session whose program exited: collect it, forget its saved session.
 CloseExited = Callable[[Client, ChildInfo], Awaitable[None]]
 # How much of what the terminal showed goes back to the daemon on detach.
@@ -43,6 +45,11 @@ class _Outcome:
     taken: bool = False
     signal: int | None = None
     settled: trio.Event = attrs.Factory(trio.Event)
+
+
+def _ends_line(shown: OutputBuffer) -> bool:
+    data = shown.peek()[0]
+    return not data or data.endswith(b"\n")
 
 
 def exit_status(code: int) -> int:
@@ -80,7 +87,7 @@ async def run_attached(
     replay: bytes,
     detach_key: bytes | None,
     redraw: Redraw,
-    say: Callable[[str], None],
+    say: Say,
     close_exited: CloseExited,
 ) -> int:
     """Attach this terminal to ``child`` whose ``master`` we hold (and own).
@@ -90,6 +97,13 @@ async def run_attached(
     if not os.isatty(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
     name = child.name
+    # A SIGHUP or SIGTERM that comes once the proxy has stopped (the closed
+    # terminal's shell exits after the hangup, and the kernel then hangs up
+    # our process group) must not kill us before the session is released with
+    # its screen. While attached, the signal receiver handles them (and puts
+    # this back on its way out); the command ends right after.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # What this terminal shows, handed back on release so that the next
     # attach replays the screen left behind (a shell's too, not only
     # full-screen programs, which redraw).
@@ -159,19 +173,19 @@ async def run_attached(
         os.close(master)
 
     if outcome.taken:
-        say(f"[{name} attached elsewhere]")
+        say(f"[{name} attached elsewhere]", _ends_line(shown))
         return 0
     if outcome.exit_code is not None:
         code = outcome.exit_code
         await close_exited(client, child)
-        say(f"[{name} exited with code {code}]")
+        say(f"[{name} exited with code {code}]", _ends_line(shown))
         return exit_status(code)
     await client.release([child.id], replace_output=shown.peek()[0])
     if outcome.signal is not None:
         return 128 + outcome.signal
     if reason == _proxy.TERMINAL_GONE:
         return 1
-    say(f"[detached from {name}]")
+    say(f"[detached from {name}]", _ends_line(shown))
     return 0
 
 
@@ -192,7 +206,7 @@ async def attach_exited(
     client: Client,
     child: ChildInfo,
     replay: bytes,
-    say: Callable[[str], None],
+    say: Say,
     close_exited: CloseExited,
 ) -> int:
     """The session had already exited: show what it wrote, close it."""
@@ -200,5 +214,5 @@ async def attach_exited(
         _proxy.write_all(sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
     await close_exited(client, child)
-    say(f"[{child.name} exited with code {code}]")
+    say(f"[{child.name} exited with code {code}]", not replay or replay.endswith(b"\n"))
     return exit_status(code)

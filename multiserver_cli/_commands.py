@@ -32,11 +32,14 @@ from multiserver_cli._sessions import REQUEST_TIMEOUT, CliError, check_name, fin
 from multiserver_cli._state import end_child
 
 
-def say(line: str) -> None:
-    """A status line for the person at the terminal."""
-    os.write(
-        sys.stdout.fileno(), f"\r\n{line}\r\n".encode() if os.isatty(1) else f"{line}\n".encode()
-    )
+def say(line: str, at_line_start: bool = False) -> None:
+    """A status line for the person at the terminal, on a line of its own
+    (a new line first unless the output shown last ended one)."""
+    if not os.isatty(1):
+        os.write(sys.stdout.fileno(), f"{line}\n".encode())
+        return
+    lead = "\r" if at_line_start else "\r\n"
+    os.write(sys.stdout.fileno(), (lead + line + "\r\n").encode())
 
 
 def user_shell() -> list[str]:

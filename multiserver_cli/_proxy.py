@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from multiserver._buffer import OutputBuffer
 
 READ_SIZE = 65536
-BATCH = 256 * 1024
+# Bounded small: what was read but not yet written is lost if the client is
+# SIGKILLed while the terminal is slow.
+BATCH = 16 * 1024
 
 # Why the loop ended.
 DETACH = "detach"
