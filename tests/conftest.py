@@ -299,6 +299,12 @@ def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
     monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "never")
     monkeypatch.delenv("MULTISERVER_BUFFER_LIMIT", raising=False)
     monkeypatch.delenv("MULTISERVER_DAEMON", raising=False)
+    # The short-path fallback dir ($TMPDIR/ms-UID) is swept too: keep it
+    # private, in this process (tempfile caches it) and in its children.
+    tmp = root / "tmpdir"
+    tmp.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     paths = DaemonPaths.for_number(1)
     assert paths.socket.parent == runtime, "runtime path too long for sun_path"
     try:
