@@ -35,32 +35,6 @@ def _unpack_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-async def receive_chunk(sock: trio.socket.SocketType) -> tuple[bytes, list[int], bool]:
-    """One ``recvmsg``: (data, fds, truncated). The caller owns the fds."""
-    try:
-        data, ancdata, flags, _ = await sock.recvmsg(RECV_SIZE, _ANCILLARY, _CLOEXEC_FLAG)
-    except OSError as exc:
-        raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
-    fds = _unpack_fds(ancdata)
-    return data, fds, bool(flags & socket.MSG_CTRUNC)
-
-
-async def send_frame(sock: trio.socket.SocketType, frame: bytes, fds: Sequence[int] = ()) -> None:
-    """Send a whole frame; the fds go with its first byte, the rest of a
-    partial send goes without ancillary data."""
-    view = memoryview(frame)
-    try:
-        if fds:
-            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
-            sent = await sock.sendmsg([view], anc)
-        else:
-            sent = await sock.send(view)
-        while sent < len(view):
-            sent += await sock.send(view[sent:])
-    except OSError as exc:
-        raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
-
-
 class FramedSocket:
     """A socket plus its codec. One task reads, one task writes (or a lock).
 
@@ -175,11 +149,4 @@ class FramedSocket:
         self.sock.close()
 
 
-def peer_uid(sock: trio.socket.SocketType) -> int:
-    """The uid of the process at the other end (checked at connect time)."""
-    from multiserver._platform import peer_uid as _peer_uid
-
-    return _peer_uid(sock.fileno())
-
-
-__all__ = ["FramedSocket", "peer_uid", "receive_chunk", "send_frame"]
+__all__ = ["FramedSocket"]

@@ -87,7 +87,7 @@ from multiserver._messages import (
 )
 from multiserver._paths import ensure_private_dir, fits_sun_path
 from multiserver._server import DaemonConfig, bind_listener, claim_batches
-from multiserver._wire import FramedSocket, send_frame
+from multiserver._wire import FramedSocket
 
 SERVER_NAME = "multiserver-sim/0.1"
 # Above Linux's PID_MAX_LIMIT (2**22) and macOS's 99998: a fake pid can never
@@ -474,7 +474,7 @@ class _SimConnection:
             frame, fds = self._outbox.popleft()
             self._sending = True
             try:
-                await send_frame(self._framed.sock, frame, fds)
+                await self._framed.send_frame(frame, fds)
             except ConnectionClosed:
                 self._cancel.cancel()  # the client is gone: so is this connection
                 return
