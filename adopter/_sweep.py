@@ -41,6 +41,7 @@ from multiserver._paths import (
     socket_dirs,
     try_lock,
 )
+from restore import Arrangement
 from restore._partial import DaemonAttachment
 
 # How long one daemon may take to answer before the sweep calls it unresponsive.
@@ -125,7 +126,12 @@ async def _record(
 
 
 async def _sweep_socket(
-    sock: Path, sink: OrphanSink, adopt: bool, bound: float, rows: list[SweepRow]
+    sock: Path,
+    sink: OrphanSink,
+    snapshot: Arrangement,
+    adopt: bool,
+    bound: float,
+    rows: list[SweepRow],
 ) -> None:
     """One socket. ``bound`` limits the talk with its daemon (connect, hello,
     claim, collect); once the daemon has handed a child over, recording it is
@@ -175,7 +181,7 @@ async def _sweep_socket(
     # Leaving this block hangs up: the daemon takes back every child we
     # claimed and did not collect (adopted ones included: they are saved now).
     async with client:
-        found = orphans(client.welcome.children, s, client.instance_id, sink.arrangement())
+        found = orphans(client.welcome.children, s, client.instance_id, snapshot)
         if not found:
             rows.append(
                 SweepRow(
@@ -261,13 +267,17 @@ async def sweep(
                 rows.append(SweepRow(str(d), "refused", "skipped", detail=f"dir not swept: {exc}"))
     unsafe_dirs = {r.socket for r in rows}
     sockets = [p for p in find_sockets() if str(p.parent) not in unsafe_dirs]
+    # One read of the arrangement for the whole pass: which children look
+    # orphaned. Recording an adoption re-checks in its own transaction, so a
+    # snapshot that is stale by then cannot make a child adopted twice.
+    snapshot = sink.arrangement()
     async with trio.open_nursery() as nursery:
         for sock in sockets:
             if str(sock) in skip:
                 detail = "did not answer the restore in time; the next sweep tries again"
                 rows.append(SweepRow(str(sock), "unresponsive", "retry", detail=detail))
                 continue
-            nursery.start_soon(_sweep_socket, sock, sink, adopt, bound, rows)
+            nursery.start_soon(_sweep_socket, sock, sink, snapshot, adopt, bound, rows)
     order = {str(p): i for i, p in enumerate(sockets)}
     rows.sort(key=lambda r: order.get(r.socket, -1))
     return SweepReport(rows)
