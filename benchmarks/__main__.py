@@ -18,8 +18,17 @@ import traceback
 from pathlib import Path
 from types import FrameType, ModuleType
 
-from benchmarks import claim, launch, memory, throughput
-from benchmarks.common import Row, Settings
+from benchmarks import (
+    attached,
+    claim,
+    drain,
+    echo,
+    launch,
+    memory,
+    reattach,
+    restoring,
+    throughput,
+)
 from benchmarks.report import (
     REPO,
     RunInfo,
@@ -31,12 +40,27 @@ from benchmarks.report import (
     verdicts,
     write_json,
 )
+from benchmarks.results import (
+    Row,
+    Settings,
+)
 
-MODULES: tuple[ModuleType, ...] = (launch, claim, memory, throughput)
+MODULES: tuple[ModuleType, ...] = (
+    throughput,
+    attached,
+    echo,
+    launch,
+    claim,
+    memory,
+    reattach,
+    restoring,
+    drain,
+)
 RUNS = 7
 QUICK_RUNS = 3
 # The whole run must end within 10 minutes; past this, stop (cleaning up).
 BUDGET = 9 * 60
+LATE = 0.7
 
 
 class BudgetExceeded(Exception):
@@ -59,14 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help=f"run only this benchmark (repeatable): {', '.join(names)}",
     )
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs instead of {RUNS}")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"at most {QUICK_RUNS} runs instead of {RUNS}"
+    )
     parser.add_argument("--runs", type=int, help="runs per figure (overrides --quick)")
     args = parser.parse_args(argv)
 
     runs = args.runs if args.runs is not None else (QUICK_RUNS if args.quick else RUNS)
     if runs < 1:
         parser.error("--runs must be at least 1")
-    settings = Settings(runs=runs, quick=args.quick)
+    # Past LATE of the budget, every figure does one run only.
+    settings = Settings(runs=runs, quick=args.quick, late=time.monotonic() + LATE * BUDGET)
     selected = [m for m in MODULES if not args.only or m.NAME in args.only]
     partial = bool(args.only) or args.quick or args.runs is not None
     out_dir = REPO / "benchmarks" / "out"
@@ -80,19 +107,33 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     failed = False
     try:
-        for mod in selected:
+        for n, mod in enumerate(selected):
             t0 = time.monotonic()
-            print(f"[{mod.NAME}] {runs} runs ...", file=sys.stderr, flush=True)
+            print(f"[{mod.NAME}] up to {runs} runs ...", file=sys.stderr, flush=True)
             try:
                 rows.extend(mod.run(settings))
-            except BudgetExceeded:
-                raise
+            except BudgetExceeded as exc:
+                # The report is still written: this figure and the ones
+                # after it say they were cut short.
+                failed = True
+                rows.append(Row(mod.NAME, "failed", None, "", 0, "", None, detail=str(exc)))
+                rows.extend(
+                    Row(m.NAME, "skipped", None, "", 0, "", None, detail="time budget spent")
+                    for m in selected[n + 1 :]
+                )
+                break
             except Exception as exc:
                 failed = True
                 traceback.print_exc()
                 rows.append(
                     Row(mod.NAME, "failed", None, "", 0, "", None, detail=f"failed: {exc!r}")
                 )
+                if time.monotonic() - started >= BUDGET:  # the alarm, wrapped by trio
+                    rows.extend(
+                        Row(m.NAME, "skipped", None, "", 0, "", None, detail="time budget spent")
+                        for m in selected[n + 1 :]
+                    )
+                    break
             print(f"[{mod.NAME}] {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     finally:
         signal.alarm(0)

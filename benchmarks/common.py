@@ -1,7 +1,7 @@
-"""What every benchmark shares: settings and result rows, medians, scratch
-dirs, finding and stopping the processes a benchmark started (by pid), PSS
-from ``/proc/PID/smaps_rollup``, spawning on a PTY the raw way, and a
-multiserver daemon that is always stopped.
+"""What every benchmark shares: scratch dirs, finding and stopping the
+processes a benchmark started (by pid), their CPU time and PSS (from /proc),
+spawning on a PTY the raw way, and a multiserver daemon that is always
+stopped. The rows and statistics are in ``results``.
 
 Every process a benchmark starts inherits ``MSBENCH_RUN=<scratch dir>``;
 leaving ``scratch()`` stops every live process that carries that exact value,
@@ -12,12 +12,14 @@ even when it fails half-way.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import shutil
 import signal
-import statistics
+import struct
 import tempfile
+import termios
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
@@ -25,8 +27,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from multiserver import DaemonConfig, DaemonPaths, MultiserverError, open_client
-from multiserver._client import Client
+from multiserver import Client, DaemonConfig, DaemonPaths, MultiserverError, open_client
 
 MARKER = "MSBENCH_RUN"
 # Short, so that every socket path fits in sun_path.
@@ -38,55 +39,6 @@ COMMAND_TIMEOUT = 10.0
 STOP_GRACE = 3.0
 MEASURE_TIMEOUT = 60.0
 MIB = 1024 * 1024
-
-
-@attrs.frozen
-class Settings:
-    runs: int
-    quick: bool
-    sessions: int = 200
-
-
-@attrs.frozen
-class Row:
-    """One line of the results table. ``value`` and ``baseline_value`` are
-    medians of ``runs`` runs, in ``unit``; None when not measured."""
-
-    figure: str
-    subject: str
-    value: float | None
-    unit: str
-    runs: int
-    baseline: str
-    baseline_value: float | None
-    target: str = ""
-    met: bool | None = None
-    detail: str = ""
-    samples: tuple[float, ...] = ()
-    baseline_samples: tuple[float, ...] = ()
-
-    @property
-    def ratio(self) -> float | None:
-        """The median of the per-run ratios (subject over the baseline of the
-        same run), which cancels drift in the machine's load; the ratio of
-        the medians when the runs do not pair up."""
-        if self.value is None or not self.baseline_value:
-            return None
-        pairs = list(zip(self.samples, self.baseline_samples, strict=False))
-        if pairs and len(self.samples) == len(self.baseline_samples) and all(b for _, b in pairs):
-            return median([a / b for a, b in pairs])
-        return self.value / self.baseline_value
-
-
-def median(samples: Sequence[float]) -> float:
-    return statistics.median(samples)
-
-
-def spread(samples: Sequence[float], scale: float = 1.0, fmt: str = "{:.0f}") -> str:
-    """'min-max' of the samples, for the detail column."""
-    if not samples:
-        return ""
-    return f"{fmt.format(min(samples) * scale)}-{fmt.format(max(samples) * scale)}"
 
 
 # --- scratch dirs ---------------------------------------------------------------
@@ -265,11 +217,28 @@ def run_command(argv: Sequence[str], env: dict[str, str], timeout: float = COMMA
     return os.waitstatus_to_exitcode(status)
 
 
-def spawn_on_pty(executable: str, argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:
+def spawn_on_pty(
+    executable: str,
+    argv: Sequence[str],
+    env: dict[str, str],
+    *,
+    size: tuple[int, int] | None = None,
+    echo: bool = True,
+) -> tuple[int, int]:
     """The raw way: openpty + posix_spawn with the slave as the controlling
-    terminal (setsid, then open the tty as fd 0). Returns (pid, master)."""
+    terminal (setsid, then open the tty as fd 0). Returns (pid, master).
+
+    ``size`` (rows, cols) is set on the PTY first (a fresh one is 0x0);
+    ``echo=False`` turns the line discipline's echo off, so that a byte
+    written to the master comes back only if the program sends it."""
     master, slave = os.openpty()
     try:
+        if size is not None:
+            set_size(master, *size)
+        if not echo:
+            mode = termios.tcgetattr(slave)
+            mode[3] &= ~termios.ECHO
+            termios.tcsetattr(slave, termios.TCSANOW, mode)
         pid = os.posix_spawn(
             executable,
             list(argv),
@@ -288,6 +257,58 @@ def spawn_on_pty(executable: str, argv: Sequence[str], env: dict[str, str]) -> t
     finally:
         os.close(slave)
     return pid, master
+
+
+def set_size(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+# --- CPU time, by pid -------------------------------------------------------------
+
+_TICK = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, children: bool = True) -> float | None:
+    """utime + stime of ``pid`` (every thread, live or gone), plus, with
+    ``children``, what its reaped children used (cutime + cstime); None if
+    it is gone. Clock-tick resolution (10 ms)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    # fields[0] is the state (stat field 3): utime is field 14, i.e. index 11.
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks * _TICK
+
+
+@attrs.define
+class CpuMeter:
+    """CPU seconds used by a set of processes between ``start`` and
+    ``stop``: every process marked with the scratch dir's marker, each
+    counted with the children it reaped meanwhile. A process that appears
+    in between counts from zero; one that is gone at ``stop`` (reaped by an
+    unmarked parent) is lost, so measure while they live."""
+
+    marker: str
+    _before: dict[int, float] = attrs.Factory(dict)
+    used: dict[int, float] = attrs.Factory(dict)
+
+    def start(self) -> None:
+        self._before = {
+            pid: cpu for pid in marked_pids(self.marker) if (cpu := cpu_seconds(pid)) is not None
+        }
+
+    def stop(self) -> float:
+        self.used = {}
+        for pid in marked_pids(self.marker):
+            cpu = cpu_seconds(pid)
+            if cpu is not None:
+                self.used[pid] = max(0.0, cpu - self._before.get(pid, 0.0))
+        return sum(self.used.values())
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
@@ -348,11 +369,11 @@ def pss_tree(pid: int) -> float:
 
 
 @contextlib.asynccontextmanager
-async def daemon_client() -> AsyncIterator[Client]:
-    """Start a daemon in the scratch dirs (``scratch()`` must be active) and
-    yield a client. On the way out: Shutdown(force), then the daemon's pid
-    must be gone (SIGKILL by pid if not)."""
-    paths = DaemonPaths.for_number(1)
+async def daemon_client(number: int = 1) -> AsyncIterator[Client]:
+    """Start daemon ``number`` in the scratch dirs (``scratch()`` must be
+    active) and yield a client. On the way out: Shutdown(force), then the
+    daemon's pid must be gone (SIGKILL by pid if not)."""
+    paths = DaemonPaths.for_number(number)
     runtime = os.environ.get("MULTISERVER_RUNTIME_DIR", "")
     if not runtime.startswith(SCRATCH_PREFIX) or not paths.socket.is_relative_to(runtime):
         # e.g. the short-path fallback: that dir is the user's own.

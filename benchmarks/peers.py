@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -34,10 +34,22 @@ class Peer:
     binary: str
     shape: str  # the start command, for the report
     version_argv: tuple[str, ...]
-    # (scratch root, session number) -> the command that starts one detached session
-    start_argv: Callable[[Path, int], list[str]]
+    # (scratch root, session name, program argv) -> the command that starts
+    # one detached session running the program
+    new_argv: Callable[[Path, str, Sequence[str]], list[str]]
+    # (scratch root, session name) -> the client that attaches the terminal
+    # it runs on to that session
+    attach_argv: Callable[[Path, str], list[str]]
+    attach_shape: str  # the attach command, for the report
     # scratch root -> extra environment (and dirs it needs, created on demand)
     extra_env: Callable[[Path], dict[str, str]]
+    # The client passes bytes through unchanged (a proxy), rather than
+    # drawing its own screen (a terminal emulator: tmux, screen).
+    transparent: bool
+
+    def start_argv(self, root: Path, i: int) -> list[str]:
+        """Start session number ``i`` running ``sleep 1000``."""
+        return self.new_argv(root, f"s{i}", SESSION_ARGV)
 
     def installed(self) -> bool:
         return shutil.which(self.binary) is not None
@@ -55,7 +67,11 @@ class Peer:
         return text[0].strip() if text else "unknown"
 
     def env(self, sc: Scratch) -> dict[str, str]:
-        return sc.env(HOME=str(sc.root), **self.extra_env(sc.root))
+        return sc.env(HOME=str(sc.root), TERM=TERM, **self.extra_env(sc.root))
+
+
+# Every attach client (and the raw baseline) runs with this TERM.
+TERM = "xterm-256color"
 
 
 def _home_only(_root: Path) -> dict[str, str]:
@@ -72,55 +88,71 @@ def _abduco_env(root: Path) -> dict[str, str]:
     return {"ABDUCO_SOCKET_DIR": str(root)}
 
 
+def _tmux(root: Path) -> list[str]:
+    return ["tmux", "-S", f"{root}/tmux.sock", "-f", "/dev/null"]
+
+
 PEERS: tuple[Peer, ...] = (
     Peer(
         "dtach",
         "dtach",
         "dtach -n SOCKET sleep 1000",
         ("dtach", "--version"),
-        lambda root, i: ["dtach", "-n", f"{root}/dt{i}.sock", *SESSION_ARGV],
+        lambda root, name, argv: ["dtach", "-n", f"{root}/{name}.dtach", *argv],
+        lambda root, name: ["dtach", "-a", f"{root}/{name}.dtach", "-r", "none"],
+        "dtach -a SOCKET -r none",
         _home_only,
+        transparent=True,
     ),
     Peer(
         "tmux",
         "tmux",
         "tmux -S SOCKET -f /dev/null new-session -d -s NAME -x 80 -y 24 sleep 1000",
         ("tmux", "-V"),
-        lambda root, i: [
-            "tmux",
-            "-S",
-            f"{root}/tmux.sock",
-            "-f",
-            "/dev/null",
+        lambda root, name, argv: [
+            *_tmux(root),
             "new-session",
             "-d",
             "-s",
-            f"s{i}",
+            name,
             "-x",
             "80",
             "-y",
             "24",
-            *SESSION_ARGV,
+            *argv,
         ],
+        lambda root, name: [*_tmux(root), "attach-session", "-t", name],
+        "tmux -S SOCKET -f /dev/null attach-session -t NAME",
         _home_only,
+        transparent=False,
     ),
     Peer(
         "screen",
         "screen",
         "screen -c /dev/null -dmS NAME sleep 1000",
         ("screen", "-v"),
-        lambda root, i: ["screen", "-c", "/dev/null", "-dmS", f"s{i}", *SESSION_ARGV],
+        lambda root, name, argv: ["screen", "-c", "/dev/null", "-dmS", name, *argv],
+        lambda root, name: ["screen", "-c", "/dev/null", "-r", name],
+        "screen -c /dev/null -r NAME",
         _screen_env,
+        transparent=False,
     ),
     Peer(
         "abduco",
         "abduco",
         "abduco -n NAME sleep 1000",
         ("abduco", "-v"),
-        lambda root, i: ["abduco", "-n", f"s{i}", *SESSION_ARGV],
+        lambda root, name, argv: ["abduco", "-n", name, *argv],
+        lambda root, name: ["abduco", "-a", name],
+        "abduco -a NAME",
         _abduco_env,
+        transparent=True,
     ),
 )
+
+
+def peer(name: str) -> Peer:
+    return next(p for p in PEERS if p.name == name)
 
 
 def start_sessions(peer: Peer, sc: Scratch, count: int) -> float:

@@ -25,13 +25,15 @@ from pathlib import Path
 
 from benchmarks.common import (
     MIB,
+    scratch,
+    spawn_on_pty,
+    stop_pids,
+)
+from benchmarks.results import (
     Row,
     Settings,
     median,
-    scratch,
-    spawn_on_pty,
     spread,
-    stop_pids,
 )
 
 NAME = "throughput"

@@ -1,0 +1,385 @@
+"""Figure: restore 1,000 sessions across 10 real daemons, and with one
+daemon wedged (issue 4; issue 6, figure 6).
+
+Set-up (untimed): 10 daemons in the scratch dirs, 100 detached ``sleep
+1000`` sessions each; an ``Arrangement`` (one window, one tab per session)
+built from the children's references (socket, daemon instance, child id,
+pid), and the same arrangement saved in the scratch state dir's store.
+
+- library: ``restore.restore_arrangement(arrangement, nursery=...,
+  timeout=10)`` timed from the call to its return; every session must come
+  back ``attached`` (it then holds 1,000 master fds). ``release_claims``
+  gives them back (untimed). Baseline, same run: what the library's work
+  sits on: 10 concurrent ``open_client`` + one ``Client.claim`` of that
+  daemon's 100 ids, timed until the last claim returns.
+- command line: ``multiserver restore --json`` in a fresh process, timed
+  from spawn to exit (Python's start-up included); every session must be
+  ``attached``. It also releases the claims and sweeps for orphans before
+  it exits. Baseline, same run: ``multiserver ls --json`` (the same
+  start-up, and a hello to each of the 10 daemons).
+- one daemon wedged: daemon 10 is stopped with SIGSTOP (by pid; SIGCONT in
+  a ``finally``), then the library restore with ``timeout=1`` and
+  ``Options(relaunch=False)``, and ``multiserver restore --json --timeout 1
+  --no-relaunch``: the figure is the time from the call (library) or the
+  spawn (command line) to the return, minus the 1 s deadline. 900 sessions
+  must be ``attached`` and 100 ``timed-out``. Relaunching the 100 is left
+  out of the figure because it is work done after the deadline, not
+  waiting; it is measured once, after the runs, and given in the detail.
+  Baseline, same run: ``trio.sleep(1)`` in this process, minus 1 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import attrs
+import trio
+
+from benchmarks.common import (
+    COMMAND_TIMEOUT,
+    MEASURE_TIMEOUT,
+    SESSION_ARGV,
+    Scratch,
+    alive,
+    daemon_client,
+    scratch,
+)
+from benchmarks.results import (
+    Limit,
+    Row,
+    Settings,
+    median,
+    spread,
+)
+from benchmarks.terminal import MULTISERVER, multiserver_bin
+from multiserver import Client, DaemonPaths, open_client
+from restore import (
+    Arrangement,
+    ArrangementStore,
+    Options,
+    RestorationRef,
+    SessionLeaf,
+    Tab,
+    Window,
+    release_claims,
+    restore_arrangement,
+)
+
+NAME = "restoring"
+DAEMONS = 10
+PER_DAEMON = 100
+DEADLINE = 1.0
+TARGET_LIBRARY_MS = 250.0  # issue 4
+TARGET_CLI_S = 0.5  # issue 4
+TARGET_PAST_MS = 50.0  # issue 4: deadline + 50 ms at most
+SECONDS = 35.0
+LAUNCH_CONCURRENCY = 50
+
+
+@attrs.define
+class Samples:
+    claim: list[float] = attrs.Factory(list)  # baseline of the library restore, s
+    library: list[float] = attrs.Factory(list)
+    ls: list[float] = attrs.Factory(list)  # baseline of the command line, s
+    cli: list[float] = attrs.Factory(list)
+    cli_inner: list[float] = attrs.Factory(list)  # the "seconds" the command reports
+    sleep_past: list[float] = attrs.Factory(list)  # baseline of the wedged case, s
+    wedged_library: list[float] = attrs.Factory(list)  # past the deadline, s
+    wedged_cli: list[float] = attrs.Factory(list)
+    wedged_cli_inner: list[float] = attrs.Factory(list)
+    relaunch_past: float | None = None  # library, wedged, relaunching: past the deadline, s
+
+
+@attrs.frozen
+class Daemon:
+    paths: DaemonPaths
+    pid: int
+    ids: tuple[int, ...]
+
+
+async def _launch(client: Client, number: int) -> tuple[int, list[SessionLeaf]]:
+    leaves: list[SessionLeaf | None] = [None] * PER_DAEMON
+    limit = trio.Semaphore(LAUNCH_CONCURRENCY)
+    sock = str(client.socket_path)
+
+    async def one(i: int) -> None:
+        async with limit:
+            r = await client.launch(SESSION_ARGV, name=f"d{number}s{i}", hold=False)
+        ref = RestorationRef(sock, client.instance_id, r.child.id, r.child.pid)
+        leaves[i] = SessionLeaf(r.child.name, list(SESSION_ARGV), "/", ref=ref)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(PER_DAEMON):
+            nursery.start_soon(one, i)
+    return client.daemon_pid, [leaf for leaf in leaves if leaf is not None]
+
+
+@contextlib.asynccontextmanager
+async def _daemons() -> AsyncIterator[tuple[list[Daemon], Arrangement]]:
+    """DAEMONS daemons with PER_DAEMON sessions each; stopped on the way out."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(daemon_client(n)) for n in range(1, DAEMONS + 1)]
+        got: list[tuple[int, list[SessionLeaf]]] = [(0, [])] * DAEMONS
+
+        async def launch(i: int) -> None:
+            got[i] = await _launch(clients[i], i + 1)
+
+        with trio.fail_after(MEASURE_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i in range(DAEMONS):
+                    nursery.start_soon(launch, i)
+        daemons = [
+            Daemon(
+                DaemonPaths.for_socket(c.socket_path),
+                pid,
+                tuple(leaf.ref.child_id for leaf in leaves if leaf.ref is not None),
+            )
+            for c, (pid, leaves) in zip(clients, got, strict=True)
+        ]
+        tabs = [Tab(leaf) for _, leaves in got for leaf in leaves]
+        if len(tabs) != DAEMONS * PER_DAEMON:
+            raise RuntimeError(f"launched {len(tabs)} of {DAEMONS * PER_DAEMON} sessions")
+        yield daemons, Arrangement([Window("main", tabs)])
+
+
+def _save(arrangement: Arrangement) -> None:
+    store, warning = ArrangementStore.open_or_quarantine()
+    if warning:
+        raise RuntimeError(warning)
+    try:
+        store.save(arrangement)
+    finally:
+        store.close()
+
+
+async def _claim_all(daemons: list[Daemon]) -> float:
+    """The baseline: every daemon's ids claimed over a fresh connection each."""
+    masters: list[int] = []
+
+    async def one(d: Daemon) -> None:
+        async with open_client(d.paths) as client:
+            results = await client.claim(d.ids)
+            masters.extend(r.master for r in results if r.master is not None)
+            done.append(time.perf_counter())
+            await release.wait()
+            for r in results:
+                if r.master is not None:
+                    os.close(r.master)
+            await client.release(d.ids)
+
+    done: list[float] = []
+    release = trio.Event()
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for d in daemons:
+            nursery.start_soon(one, d)
+        with trio.fail_after(MEASURE_TIMEOUT):
+            while len(done) < len(daemons):
+                await trio.sleep(0.001)
+        release.set()
+    if len(masters) != DAEMONS * PER_DAEMON:
+        raise RuntimeError(f"claimed {len(masters)} fds")
+    return max(done) - t0
+
+
+async def _library(
+    arrangement: Arrangement, timeout: float, options: Options, want_attached: int
+) -> float:
+    async with trio.open_nursery() as nursery:
+        t0 = time.perf_counter()
+        result = await restore_arrangement(
+            arrangement, nursery=nursery, timeout=timeout, options=options
+        )
+        elapsed = time.perf_counter() - t0
+        with trio.CancelScope(shield=True):
+            await release_claims(result)
+        # Partial attaches to a wedged daemon are abandoned here.
+        nursery.cancel_scope.cancel()
+    attached = sum(s.outcome == "attached" for s in result.sessions)
+    if attached != want_attached:
+        outcomes = {s.outcome for s in result.sessions}
+        raise RuntimeError(f"library restore: {attached} attached of {want_attached}; {outcomes}")
+    return elapsed
+
+
+def _cli(sc: Scratch, args: list[str], want_attached: int | None) -> tuple[float, float]:
+    """(wall seconds, the seconds the command reports) of ``multiserver ARGS``."""
+    env = MULTISERVER.env(sc)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [multiserver_bin(), *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT * 3,
+        check=False,
+    )
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"multiserver {args[0]} exited with {proc.returncode}: {proc.stderr[-300:]!r}"
+        )
+    out = json.loads(proc.stdout)
+    if want_attached is None:
+        return elapsed, elapsed
+    attached = sum(s["outcome"] == "attached" for s in out["sessions"])
+    if attached != want_attached:
+        outcomes = {s["outcome"] for s in out["sessions"]}
+        raise RuntimeError(
+            f"multiserver restore: {attached} attached of {want_attached}; {outcomes}"
+        )
+    return elapsed, float(out["seconds"])
+
+
+async def _settled(daemons: list[Daemon]) -> None:
+    """Every daemon answers again and holds nobody's claim (bounded)."""
+    with trio.fail_after(COMMAND_TIMEOUT):
+        for d in daemons:
+            while True:
+                async with open_client(d.paths) as client:
+                    if not any(c.held for c in await client.list()):
+                        break
+                await trio.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _stopped(pid: int) -> Iterator[None]:
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGCONT)
+
+
+async def _measure(settings: Settings, sc: Scratch) -> Samples:
+    out = Samples()
+    total = DAEMONS * PER_DAEMON
+    live = total - PER_DAEMON
+    async with _daemons() as (daemons, arrangement):
+        wedged = daemons[-1]
+        for _ in settings.runs_within(SECONDS):
+            out.claim.append(await _claim_all(daemons))
+            await _settled(daemons)
+            out.library.append(await _library(arrangement, 10.0, Options(), total))
+            await _settled(daemons)
+            _save(arrangement)
+            out.ls.append(_cli(sc, ["ls", "--json"], None)[0])
+            wall, inner = _cli(sc, ["restore", "--json"], total)
+            out.cli.append(wall)
+            out.cli_inner.append(inner)
+            await _settled(daemons)
+
+            t0 = time.perf_counter()
+            await trio.sleep(DEADLINE)
+            out.sleep_past.append(time.perf_counter() - t0 - DEADLINE)
+            with _stopped(wedged.pid):
+                past = await _library(arrangement, DEADLINE, Options(relaunch=False), live)
+                out.wedged_library.append(past - DEADLINE)
+                _save(arrangement)
+                wall, inner = _cli(
+                    sc,
+                    ["restore", "--json", "--timeout", str(DEADLINE), "--no-relaunch"],
+                    live,
+                )
+                out.wedged_cli.append(wall - DEADLINE)
+                out.wedged_cli_inner.append(inner - DEADLINE)
+            await _settled(daemons)
+        # Relaunching starts 100 sessions on daemon 1: once, last, so that
+        # no restore meets them as orphans.
+        with _stopped(wedged.pid):
+            past = await _library(arrangement, DEADLINE, Options(), live)
+            out.relaunch_past = past - DEADLINE
+    return out
+
+
+def run(settings: Settings) -> list[Row]:
+    with scratch("restore") as sc:
+        s = trio.run(_measure, settings, sc)
+    return _rows(s)
+
+
+def _rows(s: Samples) -> list[Row]:
+    n = DAEMONS * PER_DAEMON
+    ms = [x * 1000 for x in s.library]
+    claim = [x * 1000 for x in s.claim]
+    lib = Row.against(
+        Limit("<", TARGET_LIBRARY_MS, median(ms), "ms"),
+        figure=f"restore {n} sessions across {DAEMONS} daemons (ms)",
+        subject="multiserver, library: restore_arrangement, all attached",
+        value=median(ms),
+        unit="ms",
+        runs=len(ms),
+        baseline=f"{DAEMONS} concurrent open_client + claim({PER_DAEMON} ids)",
+        baseline_value=median(claim),
+        detail=f"range {spread(ms, 1, '{:.1f}')} ms",
+        samples=tuple(ms),
+        baseline_samples=tuple(claim),
+    )
+    cli = Row.against(
+        Limit("<", TARGET_CLI_S, median(s.cli), "s"),
+        figure=f"restore {n} sessions across {DAEMONS} daemons (s)",
+        subject="multiserver, command line: `multiserver restore --json`, fresh process",
+        value=median(s.cli),
+        unit="s",
+        runs=len(s.cli),
+        baseline="`multiserver ls --json`, fresh process",
+        baseline_value=median(s.ls),
+        detail=(
+            f"range {spread(s.cli, 1, '{:.3f}')} s; the command's own figure (restore_arrangement "
+            f"inside it) {median(s.cli_inner) * 1000:.0f} ms; the rest is start-up, release and sweep"
+        ),
+        samples=tuple(s.cli),
+        baseline_samples=tuple(s.ls),
+    )
+    figure = f"restore with 1 of {DAEMONS} daemons wedged (SIGSTOP): time past the {DEADLINE:g} s deadline (ms)"
+    base = [x * 1000 for x in s.sleep_past]
+    wl = [x * 1000 for x in s.wedged_library]
+    wc = [x * 1000 for x in s.wedged_cli]
+    relaunch = (
+        f"; with relaunch (the default, once after the runs): {s.relaunch_past * 1000:.0f} ms past the "
+        f"deadline to relaunch {PER_DAEMON} sessions"
+        if s.relaunch_past is not None
+        else ""
+    )
+    wedged_lib = Row.against(
+        Limit("<=", TARGET_PAST_MS, median(wl), "ms"),
+        figure=figure,
+        subject="multiserver, library: restore_arrangement(timeout=1, Options(relaunch=False))",
+        value=median(wl),
+        unit="ms",
+        runs=len(wl),
+        baseline="trio.sleep(1) in this process",
+        baseline_value=median(base),
+        detail=f"range {spread(wl, 1, '{:.1f}')} ms; 900 attached, 100 timed-out{relaunch}",
+        samples=tuple(wl),
+        baseline_samples=tuple(base),
+    )
+    inner = [x * 1000 for x in s.wedged_cli_inner]
+    wedged_cli = Row.against(
+        Limit("<=", TARGET_PAST_MS, median(inner), "ms"),
+        figure=figure,
+        subject=(
+            "multiserver, command line: `multiserver restore --json --timeout 1 --no-relaunch`, "
+            "its own figure (the restore inside the process)"
+        ),
+        value=median(inner),
+        unit="ms",
+        runs=len(inner),
+        baseline="trio.sleep(1) in this process",
+        baseline_value=median(base),
+        detail=(
+            f"range {spread(inner, 1, '{:.1f}')} ms; from spawn to exit the process took "
+            f"{median(wc):.0f} ms past the deadline (start-up, then release and sweep; "
+            f"`multiserver ls --json` alone takes {median(s.ls) * 1000:.0f} ms)"
+        ),
+        samples=tuple(inner),
+        baseline_samples=tuple(base),
+    )
+    return [lib, cli, wedged_lib, wedged_cli]
