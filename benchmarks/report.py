@@ -267,7 +267,7 @@ def chart(rows: Sequence[Row], path: Path) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        return "No chart: matplotlib is not installed (it is not a dependency of this project)."
+        return "No chart: matplotlib is not installed (`make bench` installs the bench extra)."
     figures: dict[str, list[Row]] = {}
     for r in rows:
         if r.value is not None:
