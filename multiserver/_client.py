@@ -428,8 +428,9 @@ def _claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
     return results
 
 
-async def handshake(framed: FramedSocket) -> Welcome:
-    """Send Hello, return the daemon's Welcome.
+async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
+    """Send Hello, return the daemon's Welcome (listing the daemon's
+    children unless ``children`` is false).
 
     Raises VersionRefused, ConnectionClosed, PeerProtocolError or
     RequestFailed (e.g. refused uid).
@@ -442,6 +443,7 @@ async def handshake(framed: FramedSocket) -> Welcome:
                 min_version=MIN_PROTOCOL_VERSION,
                 max_version=PROTOCOL_VERSION,
                 client="multiserver-client",
+                children=children,
             )
         )
     except ConnectionClosed:
@@ -465,7 +467,11 @@ async def handshake(framed: FramedSocket) -> Welcome:
 
 
 async def dial(
-    paths: DaemonPaths | Path, *, start: bool = False, config: DaemonConfig | None = None
+    paths: DaemonPaths | Path,
+    *,
+    start: bool = False,
+    config: DaemonConfig | None = None,
+    children: bool = True,
 ) -> Client:
     """Connect (and with ``start``, start the daemon if none runs) and say
     hello. The returned client is not reading yet: use it as ``async with
@@ -490,7 +496,7 @@ async def dial(
             sock = await connect(socket_path)
         framed = FramedSocket(sock, Codec("client"))
         try:
-            welcome = await handshake(framed)
+            welcome = await handshake(framed, children=children)
         except ConnectionClosed:
             framed.close()
             if not start:
@@ -507,13 +513,17 @@ async def dial(
 
 @contextlib.asynccontextmanager
 async def open_client(
-    paths: DaemonPaths | Path, *, start: bool = False, config: DaemonConfig | None = None
+    paths: DaemonPaths | Path,
+    *,
+    start: bool = False,
+    config: DaemonConfig | None = None,
+    children: bool = True,
 ) -> AsyncIterator[Client]:
     """``dial`` then ``async with client``: yields a reading client; leaving
     the block closes the connection, which releases every child it still holds.
 
     Cancellation: the connection is closed; a daemon it started keeps running.
     """
-    client = await dial(paths, start=start, config=config)
+    client = await dial(paths, start=start, config=config, children=children)
     async with client:
         yield client

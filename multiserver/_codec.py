@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
+import cattrs.gen
 
 from multiserver._messages import (
     CLIENT_MESSAGES,
@@ -167,6 +168,11 @@ def _make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_factory(is_list, list_hook)
     conv.register_structure_hook_factory(is_dict, dict_hook)
+    # Hello leaves out fields at their default: the handshake frame stays
+    # what the first version-2 clients sent.
+    conv.register_unstructure_hook(
+        Hello, cattrs.gen.make_dict_unstructure_fn(Hello, conv, _cattrs_omit_if_default=True)
+    )
     return conv
 
 

@@ -60,6 +60,10 @@ class Hello:
     min_version: int
     max_version: int
     client: str = ""
+    # False: the Welcome lists no children (a client that reattaches ids it
+    # knows need not pay for listing thousands). Omitted from the body when
+    # true, so a version-2 Hello without it means the same.
+    children: bool = True
 
 
 @attrs.frozen

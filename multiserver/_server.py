@@ -295,7 +295,7 @@ class ClientConnection:
                 instance_id=self._daemon.instance_id,
                 pid=os.getpid(),
                 server=SERVER_NAME,
-                children=[c.info() for c in self._daemon.children],
+                children=[c.info() for c in self._daemon.children] if msg.children else [],
             )
         )
         self.ready = True

@@ -817,7 +817,7 @@ class SimDaemon:
             instance_id=self.instance_id,
             pid=self.pid,
             server=SERVER_NAME,
-            children=[c.info() for c in self._children.values()],
+            children=[c.info() for c in self._children.values()] if msg.children else [],
         )
         conn.ready = True
         return _Answer([(welcome, [])])

@@ -284,6 +284,13 @@ class RunningDaemon:
     instance_id: str
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _pin_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fix pytest's own temp root before any test points TMPDIR elsewhere
+    (``ms_dirs`` does, and removes that dir afterwards)."""
+    tmp_path_factory.getbasetemp()
+
+
 @pytest.fixture
 def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
     """Fresh runtime and state dirs under /tmp (short, so ``sun_path`` fits).
