@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/multiserver
 
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
