@@ -42,8 +42,9 @@ import collections
 import json
 import os
 import struct
+import types
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import attrs
 import cattrs
@@ -113,15 +114,25 @@ def _strict(kind: type, name: str) -> Any:
     too), nothing converted: "5" is not 5 and true is not 1. The common case
     (the exact type) costs one comparison: it runs for every field."""
 
+    if kind is str:
+
+        def check_str(value: Any, _type: Any) -> Any:
+            if type(value) is str and value.isascii():
+                return value
+            if type(value) is not str:
+                raise TypeError(f"expected {name}, got {type(value).__name__}")
+            # A lone surrogate ("\ud800" in JSON) has no UTF-8 form: echoing
+            # it back would fail in send(), far from its sender.
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise ValueError("string is not valid Unicode (lone surrogate)") from None
+            return value
+
+        return check_str
+
     def check(value: Any, _type: Any) -> Any:
         if type(value) is kind:
-            if isinstance(value, str) and not value.isascii():
-                # A lone surrogate ("\ud800" in JSON) has no UTF-8 form:
-                # echoing it back would fail in send(), far from its sender.
-                try:
-                    value.encode()
-                except UnicodeEncodeError:
-                    raise ValueError("string is not valid Unicode (lone surrogate)") from None
             return value
         if kind is float and type(value) is int:
             return float(value)
@@ -166,6 +177,28 @@ def _make_converter() -> cattrs.Converter:
 
         return structure
 
+    def is_optional(t: Any) -> bool:
+        args = getattr(t, "__args__", ())
+        return (
+            (
+                getattr(t, "__origin__", None) in (Union, types.UnionType)
+                or isinstance(t, types.UnionType)
+            )
+            and len(args) == 2
+            and type(None) in args
+        )
+
+    def optional_hook(t: Any) -> Any:
+        # T | None with T's hook looked up once, not on every value.
+        (item,) = [a for a in t.__args__ if a is not type(None)]
+        inner = conv.get_structure_hook(item)
+
+        def structure(value: Any, _t: Any) -> Any:
+            return None if value is None else inner(value, item)
+
+        return structure
+
+    conv.register_structure_hook_factory(is_optional, optional_hook)
     conv.register_structure_hook_factory(is_list, list_hook)
     conv.register_structure_hook_factory(is_dict, dict_hook)
     # Hello leaves out fields at their default: the handshake frame stays
@@ -177,6 +210,23 @@ def _make_converter() -> cattrs.Converter:
 
 
 _converter = _make_converter()
+
+
+def prepare(role: Literal["daemon", "client"]) -> None:
+    """Build now, rather than on first use, the converter's hooks that
+    ``role`` needs: those for the messages it reads and those it sends.
+    cattrs generates them lazily (5-15 ms for the first Claimed); a
+    long-lived process such as the daemon pays that once at start instead of
+    inside its first answers."""
+    reads, sends = (
+        (CLIENT_MESSAGES, DAEMON_MESSAGES)
+        if role == "daemon"
+        else (DAEMON_MESSAGES, CLIENT_MESSAGES)
+    )
+    for cls in reads:
+        _converter.get_structure_hook(cls)
+    for cls in sends:
+        _converter.get_unstructure_hook(cls)
 
 
 def _describe(exc: BaseException) -> str:

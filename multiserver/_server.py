@@ -16,7 +16,6 @@ import itertools
 import logging
 import os
 import secrets
-import signal
 import socket
 from collections.abc import Iterator, Sequence
 
@@ -509,7 +508,7 @@ class Daemon:
         if child is None:
             await conn.send(Error(req=msg.req, errno=errno.ENOENT, message=f"no child {msg.id}"))
             return
-        if msg.signum not in signal.valid_signals() or msg.signum == 0:
+        if msg.signum not in _platform.VALID_SIGNALS or msg.signum == 0:
             await conn.send(
                 Error(req=msg.req, errno=errno.EINVAL, message=f"bad signal {msg.signum}")
             )

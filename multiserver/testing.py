@@ -50,6 +50,7 @@ from types import MappingProxyType
 import attrs
 import trio
 
+from multiserver import _platform
 from multiserver._buffer import OutputBuffer
 from multiserver._children import child_env, launch_problem
 from multiserver._codec import MAGIC, Codec, close_fds
@@ -914,7 +915,7 @@ class SimDaemon:
     def _on_child_request(self, child: SimChild, msg: Signal | Collect | Peek | Resize) -> _Answer:
         match msg:
             case Signal():
-                if msg.signum not in signal.valid_signals() or msg.signum == 0:
+                if msg.signum not in _platform.VALID_SIGNALS or msg.signum == 0:
                     return _error(msg, errno.EINVAL, f"bad signal {msg.signum}")
                 if not child.running:
                     return _error(msg, errno.ESRCH, f"child {msg.id} has exited")
