@@ -149,6 +149,42 @@ def test_round_trip_through_a_reopen(store: ArrangementStore, path: Path) -> Non
         assert again.load() == rich()
 
 
+def test_an_unchanged_document_is_structured_once(
+    store: ArrangementStore, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.save(Arrangement([Window("main", [Tab(leaf("a")), Tab(leaf("b"))])]))
+    calls: list[object] = []
+    real = store_mod._structure
+
+    def counting(raw: object, cls: Any, what: str) -> Any:
+        calls.append(cls)
+        return real(raw, cls, what)
+
+    monkeypatch.setattr(store_mod, "_structure", counting)
+    first = store.load()
+    with ArrangementStore.open(path) as other:  # opening checks the document
+        assert other.load() == first
+    assert store.load() == first
+    assert calls.count(Arrangement) <= 1
+    # Changed behind our back (another process): read afresh, never stale.
+    set_doc(
+        path,
+        {
+            "windows": [
+                {
+                    "name": "w",
+                    "tabs": [
+                        {"root": {"kind": "session", "name": "c", "argv": ["sh"], "cwd": "/"}}
+                    ],
+                }
+            ]
+        },
+    )
+    assert [x.name for x in store.load().leaves()] == ["c"]
+    store.add_session(leaf("d"), "w")
+    assert [x.name for x in store.load().leaves()] == ["c", "d"]
+
+
 def test_bytes_fields_live_in_their_own_table(store: ArrangementStore, path: Path) -> None:
     store.save(rich())
     with raw(path) as conn:
