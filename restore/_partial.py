@@ -78,7 +78,9 @@ async def partial_attach(
     att = DaemonAttachment(target)
     try:
         try:
-            client = await dial(Path(target.socket))
+            # No listing of the daemon's children: the claim answers for
+            # each child asked for, and a long list costs both sides.
+            client = await dial(Path(target.socket), children=False)
         except MultiserverError as exc:
             att.error = str(exc)
             att.gone = [Gone(leaf, f"daemon unreachable: {exc}") for leaf in target.leaves]
@@ -86,7 +88,7 @@ async def partial_attach(
         att.client = client
         att.instance_id = client.instance_id
         client.start(nursery)
-        to_claim, att.gone = match_children(target, client.instance_id, client.welcome.children)
+        to_claim, att.gone = match_children(target, client.instance_id)
         if to_claim:
             ids = [leaf.ref.child_id for leaf in to_claim if leaf.ref is not None]
             try:

@@ -66,11 +66,13 @@ class Gone:
 
 
 def match_children(
-    target: DaemonTarget, instance_id: str, children: Iterable[ChildInfo]
+    target: DaemonTarget, instance_id: str, children: Iterable[ChildInfo] | None = None
 ) -> tuple[list[SessionLeaf], list[Gone]]:
     """Which leaves to claim on a daemon that answered as ``instance_id``
-    with ``children``; the rest are gone (pids are never trusted alone)."""
-    known = {c.id: c for c in children}
+    with ``children``; the rest are gone (pids are never trusted alone).
+    ``children`` None: the daemon was not asked for its list, and the claim
+    answers "unknown" (ENOENT) for a child it does not have."""
+    known = None if children is None else {c.id for c in children}
     to_claim: list[SessionLeaf] = []
     gone: list[Gone] = []
     for leaf in target.leaves:
@@ -79,7 +81,7 @@ def match_children(
             gone.append(
                 Gone(leaf, "the daemon restarted since (another instance): its children are gone")
             )
-        elif leaf.ref.child_id not in known:
+        elif known is not None and leaf.ref.child_id not in known:
             gone.append(Gone(leaf, f"child {leaf.ref.child_id} is unknown to the daemon"))
         else:
             to_claim.append(leaf)

@@ -145,6 +145,16 @@ def test_match_with_no_children_reported() -> None:
     assert to_claim == [] and [g.leaf.name for g in gone] == ["x"]
 
 
+def test_match_without_a_listing_leaves_unknown_ids_to_the_claim() -> None:
+    # Restore does not ask for the list: every leaf of the same instance is
+    # claimed, and the claim answers ENOENT for a child the daemon lacks.
+    target = DaemonTarget(SOCK_A, (leaf("x", ref(child_id=1)), leaf("y", ref(child_id=7))))
+    to_claim, gone = match_children(target, "inst-a")
+    assert [x.name for x in to_claim] == ["x", "y"] and gone == []
+    to_claim, gone = match_children(target, "inst-b")
+    assert to_claim == [] and [g.leaf.name for g in gone] == ["x", "y"]
+
+
 # --- decide_claimed ------------------------------------------------------------------
 
 

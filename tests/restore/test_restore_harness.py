@@ -265,7 +265,7 @@ async def test_every_outcome_in_one_restore(
 
         reasons = {
             "moved": "another instance",
-            "unknown": "child 99 is unknown",
+            "unknown": "unknown to the daemon",
             "gone": "daemon unreachable",
             "fresh": "never started",
         }
