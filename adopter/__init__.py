@@ -11,7 +11,14 @@ See docs/adopter.md.
 """
 
 from adopter._adopt import MemorySink, OrphanSink, StoreSink, orphan_leaf
-from adopter._policy import ORPHAN_NOTICE, ORPHAN_WINDOW, classify, orphan_name, orphans
+from adopter._policy import (
+    ORPHAN_NOTICE,
+    ORPHAN_WINDOW,
+    classify,
+    orphan_name,
+    orphans,
+    referenced,
+)
 from adopter._sweep import SWEEP_BOUND, SweepReport, SweepRow, adopt_late, sweep
 
 __all__ = [
@@ -28,5 +35,6 @@ __all__ = [
     "orphan_leaf",
     "orphan_name",
     "orphans",
+    "referenced",
     "sweep",
 ]

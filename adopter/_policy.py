@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 from multiserver import ChildInfo
@@ -50,10 +51,13 @@ def referenced(arrangement: Arrangement) -> set[tuple[str, str, int]]:
 
 
 def orphans(
-    children: Iterable[ChildInfo], socket: str, instance_id: str, arrangement: Arrangement
+    children: Iterable[ChildInfo],
+    socket: str,
+    instance_id: str,
+    refs: AbstractSet[tuple[str, str, int]],
 ) -> list[ChildInfo]:
-    """Children (running or exited) that no leaf references and nobody holds."""
-    refs = referenced(arrangement)
+    """Children (running or exited) that nobody holds and no leaf references
+    (``refs``: ``referenced(arrangement)``, computed once per sweep)."""
     sock = norm_socket(socket)
     return [c for c in children if not c.held and (sock, instance_id, c.id) not in refs]
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import attrs
 import trio
 
 from adopter._adopt import OrphanSink
-from adopter._policy import RowState, classify, orphans
+from adopter._policy import RowState, classify, orphans, referenced
 from multiserver import (
     ChildInfo,
     ClaimResult,
@@ -41,7 +42,6 @@ from multiserver._paths import (
     socket_dirs,
     try_lock,
 )
-from restore import Arrangement
 from restore._partial import DaemonAttachment
 
 # How long one daemon may take to answer before the sweep calls it unresponsive.
@@ -128,7 +128,7 @@ async def _record(
 async def _sweep_socket(
     sock: Path,
     sink: OrphanSink,
-    snapshot: Arrangement,
+    refs: AbstractSet[tuple[str, str, int]],
     adopt: bool,
     bound: float,
     rows: list[SweepRow],
@@ -181,7 +181,7 @@ async def _sweep_socket(
     # Leaving this block hangs up: the daemon takes back every child we
     # claimed and did not collect (adopted ones included: they are saved now).
     async with client:
-        found = orphans(client.welcome.children, s, client.instance_id, snapshot)
+        found = orphans(client.welcome.children, s, client.instance_id, refs)
         if not found:
             rows.append(
                 SweepRow(
@@ -270,14 +270,14 @@ async def sweep(
     # One read of the arrangement for the whole pass: which children look
     # orphaned. Recording an adoption re-checks in its own transaction, so a
     # snapshot that is stale by then cannot make a child adopted twice.
-    snapshot = sink.arrangement()
+    refs = referenced(sink.arrangement())
     async with trio.open_nursery() as nursery:
         for sock in sockets:
             if str(sock) in skip:
                 detail = "did not answer the restore in time; the next sweep tries again"
                 rows.append(SweepRow(str(sock), "unresponsive", "retry", detail=detail))
                 continue
-            nursery.start_soon(_sweep_socket, sock, sink, snapshot, adopt, bound, rows)
+            nursery.start_soon(_sweep_socket, sock, sink, refs, adopt, bound, rows)
     order = {str(p): i for i, p in enumerate(sockets)}
     rows.sort(key=lambda r: order.get(r.socket, -1))
     return SweepReport(rows)

@@ -20,6 +20,7 @@ from adopter import (
     orphan_leaf,
     orphan_name,
     orphans,
+    referenced,
 )
 from multiserver import ChildInfo
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf, Tab, Window
@@ -103,12 +104,12 @@ def test_only_a_refused_socket_with_a_free_lock_is_stale() -> None:
 
 def test_unreferenced_running_and_exited_children_are_orphans() -> None:
     kids = [child(1), child(2, state="exited")]
-    assert orphans(kids, SOCK, INSTANCE, Arrangement()) == kids
+    assert orphans(kids, SOCK, INSTANCE, referenced(Arrangement())) == kids
 
 
 def test_held_children_are_not_orphans() -> None:
     kids = [child(1, held=True), child(2, state="exited", held=True), child(3)]
-    assert [c.id for c in orphans(kids, SOCK, INSTANCE, Arrangement())] == [3]
+    assert [c.id for c in orphans(kids, SOCK, INSTANCE, referenced(Arrangement()))] == [3]
 
 
 def test_referenced_children_are_not_orphans_in_any_window() -> None:
@@ -119,7 +120,7 @@ def test_referenced_children_are_not_orphans_in_any_window() -> None:
             Window(ORPHAN_WINDOW, [Tab(leaf("b", child_id=2))]),
         ]
     )
-    assert [c.id for c in orphans(kids, SOCK, INSTANCE, arr)] == [3]
+    assert [c.id for c in orphans(kids, SOCK, INSTANCE, referenced(arr))] == [3]
 
 
 @pytest.mark.parametrize(
@@ -139,17 +140,22 @@ def test_matching_is_by_socket_instance_and_child_id(
 ) -> None:
     arr = arranged(leaf("s", ref_socket, ref_instance, ref_child))
     # The pid is never part of the match: the leaf's pid is 42, the child's 1001.
-    assert bool(orphans([child(1)], SOCK, INSTANCE, arr)) == orphaned
+    assert bool(orphans([child(1)], SOCK, INSTANCE, referenced(arr))) == orphaned
 
 
 def test_the_daemon_socket_is_normalized_too() -> None:
     arr = arranged(leaf("s", SOCK, INSTANCE, 1))
-    assert orphans([child(1)], SOCK.replace("/multiserver/", "/multiserver//"), INSTANCE, arr) == []
+    assert (
+        orphans(
+            [child(1)], SOCK.replace("/multiserver/", "/multiserver//"), INSTANCE, referenced(arr)
+        )
+        == []
+    )
 
 
 def test_a_leaf_without_a_ref_references_nothing() -> None:
     arr = arranged(SessionLeaf("fresh", ["sh"], "/"))
-    assert orphans([child(1)], SOCK, INSTANCE, arr) == [child(1)]
+    assert orphans([child(1)], SOCK, INSTANCE, referenced(arr)) == [child(1)]
 
 
 # --- orphan_name -------------------------------------------------------------------
