@@ -5,7 +5,6 @@ line by ``main``. Every wait on a daemon is bounded, except being attached."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pwd
 import signal
@@ -27,7 +26,7 @@ from multiserver import (
     open_client,
 )
 from multiserver_cli import _attach, _state
-from multiserver_cli._format import ls_table
+from multiserver_cli._format import ls_table, print_json
 from multiserver_cli._sessions import REQUEST_TIMEOUT, CliError, check_name, find_session, scan
 from multiserver_cli._state import end_child
 
@@ -218,8 +217,7 @@ async def cmd_ls(args: Namespace) -> int:
         print(f"multiserver: {problem}", file=sys.stderr)
     rows = [(d.socket, d.instance_id, c) for d in result.daemons for c in d.children]
     if args.json:
-        json.dump([child_json(c, str(s), i) for s, i, c in rows], sys.stdout, indent=2)
-        print()
+        print_json([child_json(c, str(s), i) for s, i, c in rows])
     elif rows:
         print(ls_table([c for _, _, c in rows], time.time()))
     else:

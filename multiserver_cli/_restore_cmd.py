@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -14,7 +13,7 @@ from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
 from multiserver import MultiserverError, dial
 from multiserver._paths import find_sockets
 from multiserver_cli import _state
-from multiserver_cli._format import table
+from multiserver_cli._format import print_json, table
 from multiserver_cli._sessions import SCAN_TIMEOUT, CliError
 from restore import RestorationRef
 from restore._build import RestoredSession
@@ -116,8 +115,7 @@ async def cmd_restore(args: Namespace) -> int:
             "seconds": round(result.elapsed, 4),
             "ok": result.ok,
         }
-        json.dump(out, sys.stdout, indent=2)
-        print()
+        print_json(out)
         return 0 if result.ok else 1
     table_rows = [
         [
@@ -146,8 +144,7 @@ async def cmd_orphans(args: Namespace) -> int:
             return 1
         report = await sweep(StoreSink(store), adopt=args.adopt, bound=SWEEP_BOUND)
     if args.json:
-        json.dump([_sweep_row(r) for r in report.rows], sys.stdout, indent=2)
-        print()
+        print_json([_sweep_row(r) for r in report.rows])
     elif report.rows:
         print(
             table(

@@ -8,6 +8,7 @@ This package is the top of the import graph: it may use ``multiserver``,
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,6 @@ import trio
 
 from multiserver import MultiserverError
 from multiserver._paths import LockBusy, default_daemon_number
-from multiserver_cli import _commands, _restore_cmd
 from multiserver_cli._proxy import parse_key
 from multiserver_cli._sessions import CliError
 
@@ -196,18 +196,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "daemon": _commands.cmd_daemon,
-    "new": _commands.cmd_new,
-    "attach": _commands.cmd_attach,
-    "ls": _commands.cmd_ls,
-    "peek": _commands.cmd_peek,
-    "kill": _commands.cmd_kill,
-    "stop": _commands.cmd_stop,
-    "restore": _restore_cmd.cmd_restore,
-    "save": _restore_cmd.cmd_save,
-    "orphans": _restore_cmd.cmd_orphans,
+# Each command's module is imported when it runs: a fresh `multiserver
+# restore` at login does not pay for the attach client's imports.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "daemon": ("_commands", "cmd_daemon"),
+    "new": ("_commands", "cmd_new"),
+    "attach": ("_commands", "cmd_attach"),
+    "ls": ("_commands", "cmd_ls"),
+    "peek": ("_commands", "cmd_peek"),
+    "kill": ("_commands", "cmd_kill"),
+    "stop": ("_commands", "cmd_stop"),
+    "restore": ("_restore_cmd", "cmd_restore"),
+    "save": ("_restore_cmd", "cmd_save"),
+    "orphans": ("_restore_cmd", "cmd_orphans"),
 }
+
+
+def command(name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    module, func = COMMANDS[name]
+    handler: Callable[[argparse.Namespace], Awaitable[int]] = getattr(
+        importlib.import_module(f"multiserver_cli.{module}"), func
+    )
+    return handler
 
 
 def _normalize(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -245,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.cmd == "daemon" and args.foreground:
             status = _foreground(args)
         else:
-            status = trio.run(COMMANDS[args.cmd], args)
+            status = trio.run(command(args.cmd), args)
     except CliError as exc:
         print(f"multiserver: {exc}", file=sys.stderr)
         sys.exit(exc.status)
