@@ -93,17 +93,23 @@ async def cmd_restore(args: Namespace) -> int:
                 progress=progress,
                 on_late=on_late,
             )
-            # Claims go back so `multiserver attach NAME` works afterwards;
-            # the output they carried stays in the daemons (keep_output).
-            with trio.CancelScope(shield=True):
-                await release_claims(result)
             built = True
             for att in late:
                 await adopt(att)
             # Only now, with the partial attach phase resolved and every
-            # session built, may the sweep take what nobody claimed.
+            # session built, may the sweep take what nobody claimed. Claims
+            # go back meanwhile, so `multiserver attach NAME` works
+            # afterwards (their output stays in the daemons: keep_output);
+            # the sweep leaves them alone, as they are saved sessions.
             wedged = frozenset(t.socket for t in result.phase.timed_out)
-            swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
+
+            async def give_back() -> None:
+                with trio.CancelScope(shield=True):
+                    await release_claims(result)
+
+            async with trio.open_nursery() as both:
+                both.start_soon(give_back)
+                swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
             # Partial attaches to wedged daemons are abandoned here.
             nursery.cancel_scope.cancel()
     rows = [_row(s) for s in result.sessions]
