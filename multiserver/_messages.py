@@ -16,7 +16,9 @@ from typing import ClassVar, Literal
 
 import attrs
 
-PROTOCOL_VERSION = 2
+# 3: Hello.children. A version-2 client never sends it, so a version-3
+# daemon serves version 2 unchanged.
+PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 2
 
 ChildState = Literal["running", "exited"]
@@ -60,9 +62,10 @@ class Hello:
     min_version: int
     max_version: int
     client: str = ""
-    # False: the Welcome lists no children (a client that reattaches ids it
-    # knows need not pay for listing thousands). Omitted from the body when
-    # true, so a version-2 Hello without it means the same.
+    # Version 3. False: the Welcome lists no children (a client that
+    # reattaches ids it knows need not pay for listing thousands). Omitted
+    # from the body when true, so that Hello is the version-2 Hello; a
+    # version-2 daemon refuses a Hello that carries it (unknown field).
     children: bool = True
 
 

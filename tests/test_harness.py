@@ -467,6 +467,18 @@ async def test_accept_never_leaves_the_handshake_waiting(
         assert len(client.welcome.children) == 2
 
 
+async def test_hello_may_ask_for_no_listing(
+    sim: SimDaemon, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_client(sim.socket_path, children=False) as client:
+        assert client.welcome.children == [] and client.version == 3
+        # The children are there all the same: listing and claiming work.
+        assert [c.id for c in await client.list()] == [1, 2]
+        [claimed] = await client.claim([1])
+        assert claimed.ok and claimed.master is not None
+        os.close(claimed.master)
+
+
 async def test_close_on_a_message(sim: SimDaemon, autojump_clock: trio.testing.MockClock) -> None:
     sim.behavior = Behavior.on(Collect, close=True) | Behavior.on(Hello, delay=1.0)
     async with open_client(sim.socket_path) as client:

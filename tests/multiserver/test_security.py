@@ -14,6 +14,7 @@ import array
 import errno
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -298,10 +299,11 @@ class RawPeer:
             messages.append(msg)
         return messages
 
-    async def hello(self, min_version: int = MIN_PROTOCOL_VERSION) -> Message | None:
-        frame = self.codec.send(
-            Hello(min_version=min_version, max_version=max(min_version, PROTOCOL_VERSION))
-        )
+    async def hello(
+        self, min_version: int = MIN_PROTOCOL_VERSION, max_version: int | None = None
+    ) -> Message | None:
+        top = max(min_version, PROTOCOL_VERSION) if max_version is None else max_version
+        frame = self.codec.send(Hello(min_version=min_version, max_version=top))
         await self.sock.send(frame)
         return await self.next_message()
 
@@ -445,3 +447,28 @@ async def test_no_common_version_is_refused_clearly(daemon: RunningDaemon) -> No
         assert await peer.all_messages() == []  # then it closes
     async with open_client(daemon.paths) as client:
         assert client.version == PROTOCOL_VERSION
+
+
+async def test_version_2_clients_are_served_and_version_3_may_skip_the_listing(
+    daemon: RunningDaemon,
+) -> None:
+    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 3)
+    async with open_client(daemon.paths) as client:
+        launched = await client.launch(["sleep", "100"], hold=False)
+        kid = launched.child.id
+        assert client.version == 3
+        async with open_client(daemon.paths) as listing:
+            assert [c.id for c in listing.welcome.children] == [kid]
+        async with open_client(daemon.paths, children=False) as quiet:
+            assert quiet.version == 3 and quiet.welcome.children == []
+            [claimed] = await quiet.claim([kid])  # the claim still answers for it
+            assert claimed.ok and claimed.child is not None and claimed.child.id == kid
+            close_fd(claimed.master)
+        # A version-2 client: its Hello has no `children`, it gets the list.
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with sock, trio.fail_after(10):
+            await sock.connect(str(daemon.paths.socket))
+            welcome = await RawPeer(sock).hello(min_version=2, max_version=2)
+            assert isinstance(welcome, Welcome)
+            assert welcome.version == 2 and [c.id for c in welcome.children] == [kid]
+        await client.signal(kid, signal.SIGKILL)
