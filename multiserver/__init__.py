@@ -20,6 +20,7 @@ from multiserver._client import (
     handshake,
     open_client,
 )
+from multiserver._config import DaemonConfig
 from multiserver._errors import (
     ChildFailed,
     ConnectionClosed,
@@ -32,7 +33,6 @@ from multiserver._errors import (
 )
 from multiserver._messages import PROTOCOL_VERSION, ChildExited, ChildInfo, ChildTaken
 from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
-from multiserver._server import DaemonConfig
 from multiserver._start import connect, connect_or_start
 
 __version__ = "0.1.0"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import re
 import shutil
 import signal
 import time
@@ -32,9 +31,8 @@ import trio
 
 from multiserver import _platform
 from multiserver._buffer import OutputBuffer
-from multiserver._messages import ChildInfo, ChildTaken, Message
+from multiserver._messages import NAME_RE, ChildInfo, ChildTaken, Message
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 DEFAULT_TERM = "xterm-256color"
 OWN_ENV_PREFIX = "MULTISERVER_"
 # After SIGHUP, how long a lingering or force-stopped child gets before SIGKILL.

@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from multiserver._codec import Codec, Event, close_fds
+from multiserver._config import DaemonConfig
 from multiserver._errors import (
     ChildFailed,
     ConnectionClosed,
@@ -65,7 +66,6 @@ from multiserver._messages import (
     Welcome,
 )
 from multiserver._paths import DaemonPaths
-from multiserver._server import DaemonConfig
 from multiserver._start import connect, connect_or_start
 from multiserver._wire import FramedSocket
 

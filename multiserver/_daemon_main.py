@@ -27,37 +27,11 @@ from pathlib import Path
 import trio
 
 from multiserver import _codec
+from multiserver._config import DaemonConfig
 from multiserver._paths import DaemonPaths, LockBusy, try_lock
-from multiserver._server import Daemon, DaemonConfig, bind_listener
+from multiserver._server import Daemon, bind_listener
 
 log = logging.getLogger("multiserver.daemon")
-
-
-def config_from_env() -> DaemonConfig:
-    """Daemon settings from MULTISERVER_BUFFER_LIMIT / MULTISERVER_IDLE_EXIT."""
-    kwargs: dict[str, object] = {}
-    raw = os.environ.get("MULTISERVER_BUFFER_LIMIT")
-    if raw:
-        kwargs["buffer_limit"] = _parse_int("MULTISERVER_BUFFER_LIMIT", raw, 0, 8 * 1024 * 1024)
-    raw = os.environ.get("MULTISERVER_IDLE_EXIT")
-    if raw:
-        kwargs["idle_exit"] = None if raw in ("never", "none") else float(raw)
-    return DaemonConfig(**kwargs)  # type: ignore[arg-type]
-
-
-def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be within {lo}..{hi}, got {value}")
-    return value
-
-
-def config_args(config: DaemonConfig) -> list[str]:
-    idle = "never" if config.idle_exit is None else repr(config.idle_exit)
-    return ["--buffer-limit", str(config.buffer_limit), "--idle-exit", idle]
 
 
 def _setup_logging() -> None:
@@ -192,8 +166,6 @@ def main(argv: list[str] | None = None) -> None:
 
 __all__ = [
     "LockBusy",
-    "config_args",
-    "config_from_env",
     "main",
     "run_foreground",
     "take_lock_and_clear",

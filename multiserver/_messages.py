@@ -12,6 +12,7 @@ See docs/protocol.md for the byte-level description.
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Literal
 
 import attrs
@@ -22,6 +23,9 @@ PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 2
 
 ChildState = Literal["running", "exited"]
+
+# What a session name (Launch.name) may be; the daemon refuses any other.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 
 
 @attrs.frozen

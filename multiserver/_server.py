@@ -25,6 +25,7 @@ import trio
 from multiserver import _platform
 from multiserver._children import Child, ChildTable, LaunchError
 from multiserver._codec import MAX_FDS_PER_FRAME, Codec, close_fds
+from multiserver._config import DaemonConfig
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._messages import (
     MIN_PROTOCOL_VERSION,
@@ -59,23 +60,6 @@ from multiserver._wire import FramedSocket
 log = logging.getLogger("multiserver.daemon")
 
 SERVER_NAME = "multiserver-daemon/0.1"
-
-
-MAX_BUFFER_LIMIT = 8 * 1024 * 1024  # a Claimed frame must stay under MAX_FRAME
-
-
-@attrs.frozen
-class DaemonConfig:
-    buffer_limit: int = attrs.field(
-        default=1024 * 1024,
-        validator=attrs.validators.and_(
-            attrs.validators.ge(0), attrs.validators.le(MAX_BUFFER_LIMIT)
-        ),
-    )
-    idle_exit: float | None = 5.0  # seconds with no child and no client; None: never
-    stall_timeout: float = 10.0
-    max_queued_notices: int = 10_000
-    outbox_high_water: int = 8 * 1024 * 1024
 
 
 @attrs.frozen

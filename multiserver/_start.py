@@ -17,10 +17,9 @@ from pathlib import Path
 
 import trio
 
-from multiserver._daemon_main import config_args, config_from_env
+from multiserver._config import DaemonConfig, config_args, config_from_env
 from multiserver._errors import DaemonNotRunning, MultiserverError, UnsafeDirectory
 from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
-from multiserver._server import DaemonConfig
 
 # While another process holds the lock (a daemon starting or exiting), poll
 # the socket at this interval. The caller's deadline bounds the wait.

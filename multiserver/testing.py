@@ -54,6 +54,7 @@ from multiserver import _platform
 from multiserver._buffer import OutputBuffer
 from multiserver._children import child_env, launch_problem
 from multiserver._codec import MAGIC, Codec, close_fds
+from multiserver._config import DaemonConfig
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._messages import (
     CLIENT_MESSAGES,
@@ -87,7 +88,7 @@ from multiserver._messages import (
     Welcome,
 )
 from multiserver._paths import ensure_private_dir, fits_sun_path
-from multiserver._server import DaemonConfig, bind_listener, claim_batches
+from multiserver._server import bind_listener, claim_batches
 from multiserver._wire import FramedSocket
 
 SERVER_NAME = "multiserver-sim/0.1"

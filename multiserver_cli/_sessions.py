@@ -6,7 +6,6 @@ bound; a daemon that does not answer in time is reported, not waited for.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import attrs
@@ -22,11 +21,11 @@ from multiserver import (
     handshake,
 )
 from multiserver._codec import Codec
+from multiserver._messages import NAME_RE
 from multiserver._paths import find_sockets
 from multiserver._wire import FramedSocket
 from multiserver_cli._state import open_store
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # How long one daemon may take to say hello before it is reported as unresponsive.
 SCAN_TIMEOUT = 2.0
 # How long a command waits for its daemon (to start, or to answer) at most.

@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _foreground(args: argparse.Namespace) -> int:
-    from multiserver._daemon_main import config_from_env, run_foreground
+    from multiserver._config import config_from_env
+    from multiserver._daemon_main import run_foreground
     from multiserver._paths import DaemonPaths
 
     paths = DaemonPaths.for_number(args.daemon)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from multiserver._buffer import safe_start
-from multiserver._children import NAME_RE
+from multiserver._messages import NAME_RE
 
 SCROLLBACK_LIMIT = 256 * 1024
 
