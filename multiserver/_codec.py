@@ -42,9 +42,8 @@ import collections
 import json
 import os
 import struct
-import types
 from collections.abc import Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import attrs
 import cattrs
@@ -114,25 +113,15 @@ def _strict(kind: type, name: str) -> Any:
     too), nothing converted: "5" is not 5 and true is not 1. The common case
     (the exact type) costs one comparison: it runs for every field."""
 
-    if kind is str:
-
-        def check_str(value: Any, _type: Any) -> Any:
-            if type(value) is str and value.isascii():
-                return value
-            if type(value) is not str:
-                raise TypeError(f"expected {name}, got {type(value).__name__}")
-            # A lone surrogate ("\ud800" in JSON) has no UTF-8 form: echoing
-            # it back would fail in send(), far from its sender.
-            try:
-                value.encode()
-            except UnicodeEncodeError:
-                raise ValueError("string is not valid Unicode (lone surrogate)") from None
-            return value
-
-        return check_str
-
     def check(value: Any, _type: Any) -> Any:
         if type(value) is kind:
+            if isinstance(value, str) and not value.isascii():
+                # A lone surrogate ("\ud800" in JSON) has no UTF-8 form:
+                # echoing it back would fail in send(), far from its sender.
+                try:
+                    value.encode()
+                except UnicodeEncodeError:
+                    raise ValueError("string is not valid Unicode (lone surrogate)") from None
             return value
         if kind is float and type(value) is int:
             return float(value)
@@ -177,28 +166,6 @@ def _make_converter() -> cattrs.Converter:
 
         return structure
 
-    def is_optional(t: Any) -> bool:
-        args = getattr(t, "__args__", ())
-        return (
-            (
-                getattr(t, "__origin__", None) in (Union, types.UnionType)
-                or isinstance(t, types.UnionType)
-            )
-            and len(args) == 2
-            and type(None) in args
-        )
-
-    def optional_hook(t: Any) -> Any:
-        # T | None with T's hook looked up once, not on every value.
-        (item,) = [a for a in t.__args__ if a is not type(None)]
-        inner = conv.get_structure_hook(item)
-
-        def structure(value: Any, _t: Any) -> Any:
-            return None if value is None else inner(value, item)
-
-        return structure
-
-    conv.register_structure_hook_factory(is_optional, optional_hook)
     conv.register_structure_hook_factory(is_list, list_hook)
     conv.register_structure_hook_factory(is_dict, dict_hook)
     # Hello leaves out fields at their default: the handshake frame stays
@@ -212,20 +179,14 @@ def _make_converter() -> cattrs.Converter:
 _converter = _make_converter()
 
 
-def prepare(role: Literal["daemon", "client"]) -> None:
-    """Build now, rather than on first use, the converter's hooks that
-    ``role`` needs: those for the messages it reads and those it sends.
-    cattrs generates them lazily (5-15 ms for the first Claimed); a
-    long-lived process such as the daemon pays that once at start instead of
-    inside its first answers."""
-    reads, sends = (
-        (CLIENT_MESSAGES, DAEMON_MESSAGES)
-        if role == "daemon"
-        else (DAEMON_MESSAGES, CLIENT_MESSAGES)
-    )
-    for cls in reads:
+def prepare_daemon() -> None:
+    """Build now, rather than on first use, the hooks the daemon needs: for
+    the requests it reads and the replies it sends. cattrs generates them
+    lazily (5-15 ms for the first Claimed); the daemon pays that once at
+    start instead of inside its first answers."""
+    for cls in CLIENT_MESSAGES:
         _converter.get_structure_hook(cls)
-    for cls in sends:
+    for cls in DAEMON_MESSAGES:
         _converter.get_unstructure_hook(cls)
 
 

@@ -46,7 +46,7 @@ async def _run(
     paths: DaemonPaths, config: DaemonConfig, lock_fd: int, ready: Callable[[], None]
 ) -> None:
     daemon = Daemon(config)
-    _codec.prepare("daemon")  # ~20 ms now, not inside the first answers
+    _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
     listener = await bind_listener(str(paths.socket))
     log.info("listening on %s (instance %s)", paths.socket, daemon.instance_id)
     try:
