@@ -47,7 +47,7 @@ async def _run(
 ) -> None:
     daemon = Daemon(config)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
-    listener = await bind_listener(str(paths.socket))
+    listener = bind_listener(str(paths.socket))
     log.info("listening on %s (instance %s)", paths.socket, daemon.instance_id)
     try:
         async with trio.open_nursery() as nursery:

@@ -610,16 +610,24 @@ def claim_batches(
     yield children, b"".join(outputs), fds
 
 
-async def bind_listener(path: str) -> trio.socket.SocketType:
-    """Bind and listen on ``path`` (which must not exist), mode 0600."""
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def bind_listener(path: str) -> trio.socket.SocketType:
+    """Bind and listen on ``path`` (which must not exist), mode 0600.
+
+    The bind is a plain, blocking call on purpose: trio's ``bind`` of a Unix
+    path runs in a worker thread, and while that thread lingers the daemon
+    is multi-threaded, so every growth of its fd table waits for an RCU
+    grace period in the kernel (6 ms on the first 200-child claim, which
+    dups 200 fds). Binding in a private runtime dir does not block in
+    practice, and nothing is being served yet.
+    """
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
-        await sock.bind(path)
+        raw.bind(path)
+        raw.listen(512)
     except BaseException:
-        sock.close()
+        raw.close()
         raise
     finally:
         os.umask(old)
-    sock.listen(512)
-    return sock
+    return trio.socket.from_stdlib_socket(raw)

@@ -643,7 +643,7 @@ class SimDaemon:
             if not fits_sun_path(self.socket_path):
                 raise ValueError(f"socket path too long for sun_path: {self.socket_path}")
             ensure_private_dir(self.socket_path.parent)
-            listener = await bind_listener(str(self.socket_path))
+            listener = bind_listener(str(self.socket_path))
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._accept_loop, listener, nursery)
