@@ -23,7 +23,6 @@ import tempfile
 from pathlib import Path
 
 import attrs
-import platformdirs
 
 from multiserver._errors import UnsafeDirectory
 
@@ -39,6 +38,8 @@ def runtime_dir() -> Path:
     env = os.environ.get("MULTISERVER_RUNTIME_DIR")
     if env:
         return Path(env)
+    import platformdirs  # only when no dir is given: the daemon never needs it
+
     if sys.platform == "darwin":  # pragma: no cover
         return Path(platformdirs.user_data_dir(APP, appauthor=False))
     return Path(platformdirs.user_runtime_dir(APP, appauthor=False))
@@ -48,6 +49,8 @@ def state_dir() -> Path:
     env = os.environ.get("MULTISERVER_STATE_DIR")
     if env:
         return Path(env)
+    import platformdirs
+
     return Path(platformdirs.user_state_dir(APP, appauthor=False))
 
 
@@ -135,10 +138,17 @@ class DaemonPaths:
         return cls(number, sock, sock.with_name(name + ".lock"), state_dir())
 
     @classmethod
-    def for_socket(cls, sock: Path) -> DaemonPaths:
+    def for_socket(cls, sock: Path, state: Path | None = None) -> DaemonPaths:
+        """The files of the daemon on ``sock``; its state dir is ``state``,
+        else the user's (``state_dir()``)."""
         m = SOCKET_RE.match(sock.name)
         number = int(m.group(1)) if m else 0
-        return cls(number, sock, sock.with_name(sock.name + ".lock"), state_dir())
+        return cls(
+            number,
+            sock,
+            sock.with_name(sock.name + ".lock"),
+            state_dir() if state is None else state,
+        )
 
     def prepare(self) -> None:
         """Create and check the socket's dir and the state dir."""

@@ -110,6 +110,8 @@ async def start_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -
             str(wr),
             "--lock-fd",
             str(lock_fd),
+            "--state-dir",
+            str(paths.state_dir),
             *config_args(config),
         ]
         env = dict(os.environ)

@@ -13,6 +13,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 
+import attrs
 import pytest
 import trio
 
@@ -26,6 +27,7 @@ from tests.conftest import (
     is_alive,
     parent_pid,
     proc_status,
+    stop_daemon,
     unix_socket_inodes,
     wait_listed_exited,
     wait_until,
@@ -204,3 +206,47 @@ async def test_cli_daemon_prints_socket_path(ms_dirs: MsDirs) -> None:
     assert result.stdout.decode().strip() == str(ms_dirs.paths.socket)
     [pid] = daemon_pids_for(ms_dirs.paths.socket)
     assert parent_pid(pid) != os.getpid()
+
+
+async def test_daemon_uses_the_state_dir_of_the_paths_it_was_started_for(
+    ms_dirs: MsDirs,
+) -> None:
+    """The starting client tells the daemon its state dir (``--state-dir``):
+    paths built by hand log where they say, whatever the environment says."""
+    elsewhere = ms_dirs.root / "other-state"
+    paths = attrs.evolve(ms_dirs.paths, state_dir=elsewhere)
+    with trio.fail_after(15):
+        async with open_client(paths, start=True) as client:
+            pid = client.daemon_pid
+    try:
+        assert "listening on" in (elsewhere / "daemon-1.log").read_text()
+        assert not ms_dirs.state.exists() or not any(ms_dirs.state.iterdir())
+    finally:
+        await stop_daemon(RunningDaemon(paths, pid, client.instance_id))
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        ([], "missing --socket"),
+        (["--socket", "/x", "--ready-fd", "3"], "missing --lock-fd"),
+        (["--socket", "/x", "--ready-fd"], "each option is given once, with a value"),
+        (["--socket", "/x", "--socket", "/y"], "each option is given once, with a value"),
+        (["--sockets", "/x"], "unknown option --sockets"),
+        (["--socket", "/x", "--ready-fd", "three", "--lock-fd", "4"], "bad option value"),
+    ],
+)
+async def test_detached_daemon_refuses_a_bad_command_line_in_one_line(
+    argv: list[str], error: str
+) -> None:
+    with trio.fail_after(20):
+        result = await trio.run_process(
+            [sys.executable, "-m", "multiserver", *argv],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m multiserver: error: ")
+    assert error in lines[0]
