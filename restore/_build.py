@@ -181,7 +181,7 @@ async def _carry_out(
             session.outcome = "failed"
             session.detail = f"{d.detail}; relaunch failed: {exc}"
         else:
-            notice = relaunch_notice(leaf, d.detail)
+            notice = relaunch_notice(leaf, d.reason or d.detail)
             session.leaf = attrs.evolve(launched_leaf, notice=notice)
             session.master, session.client, session.replay = master, client, notice
             session.daemon = str(relauncher.paths.socket)

@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from multiserver import ClaimResult, Client, MultiserverError, dial
+from multiserver import ClaimResult, Client, DaemonNotRunning, MultiserverError, dial
 from multiserver._codec import close_fds
 from restore._plan import DaemonTarget, Gone, Plan, match_children
 
@@ -83,7 +83,13 @@ async def partial_attach(
             client = await dial(Path(target.socket), children=False)
         except MultiserverError as exc:
             att.error = str(exc)
-            att.gone = [Gone(leaf, f"daemon unreachable: {exc}") for leaf in target.leaves]
+            # The table names the socket already; the common case says so shortly.
+            why = (
+                "its daemon is not running"
+                if isinstance(exc, DaemonNotRunning)
+                else f"daemon unreachable: {exc}"
+            )
+            att.gone = [Gone(leaf, why) for leaf in target.leaves]
             return att
         att.client = client
         att.instance_id = client.instance_id

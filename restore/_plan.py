@@ -104,6 +104,9 @@ class Decision:
     relaunch: bool  # start the saved command again
     collect: bool = False  # collect the exited child
     close: bool = False  # remove the session from the arrangement (durable close)
+    # Why there is nothing to go back to, for the relaunched session's
+    # notice (whose marker line already says a new one was started).
+    reason: str = ""
 
 
 @attrs.frozen
@@ -144,15 +147,24 @@ def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
 
 def decide_gone(reason: str, options: Options) -> Decision:
     if options.relaunch:
-        return Decision("relaunched", f"{reason}; session expired, new one started", relaunch=True)
-    return Decision("relaunched", f"{reason}; not relaunched (--no-relaunch)", relaunch=False)
+        return Decision(
+            "relaunched",
+            f"{reason}; session expired, new one started",
+            relaunch=True,
+            reason=reason,
+        )
+    return Decision(
+        "relaunched", f"{reason}; not relaunched (--no-relaunch)", relaunch=False, reason=reason
+    )
 
 
 def decide_timed_out(timeout: float, options: Options) -> Decision:
     reason = f"daemon did not answer within {timeout:g} s"
     if options.relaunch:
-        return Decision("timed-out", f"{reason}; new one started", relaunch=True)
-    return Decision("timed-out", f"{reason}; not relaunched (--no-relaunch)", relaunch=False)
+        return Decision("timed-out", f"{reason}; new one started", relaunch=True, reason=reason)
+    return Decision(
+        "timed-out", f"{reason}; not relaunched (--no-relaunch)", relaunch=False, reason=reason
+    )
 
 
 RELAUNCH_MARKER = "--- multiserver: the earlier session expired; a new one was started ---"

@@ -233,13 +233,17 @@ def test_relaunch_ended_alone_does_not_change_gone_or_timed_out() -> None:
 def test_timed_out_is_relaunched_unless_no_relaunch() -> None:
     d = decide_timed_out(10.0, RELAUNCH)
     assert d == Decision(
-        "timed-out", "daemon did not answer within 10 s; new one started", relaunch=True
+        "timed-out",
+        "daemon did not answer within 10 s; new one started",
+        relaunch=True,
+        reason="daemon did not answer within 10 s",
     )
     d = decide_timed_out(0.25, NO_RELAUNCH)
     assert d == Decision(
         "timed-out",
         "daemon did not answer within 0.25 s; not relaunched (--no-relaunch)",
         relaunch=False,
+        reason="daemon did not answer within 0.25 s",
     )
 
 

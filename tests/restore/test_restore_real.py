@@ -218,7 +218,7 @@ async def test_after_stop_force_every_session_is_relaunched_in_its_saved_cwd(
         for s in report["sessions"]:
             assert s["outcome"] == "relaunched", s
             assert s["daemon"] == str(paths.socket)
-            assert "daemon unreachable" in s["detail"]
+            assert "its daemon is not running" in s["detail"]
 
         listed = {c["name"]: c for c in await ms_json("ls")}
         assert sorted(listed) == ["one", "three", "two"]
