@@ -182,7 +182,7 @@ class ClientConnection:
 
     async def _serve_requests(self) -> None:
         try:
-            uid = _platform.peer_uid(self._framed.sock.fileno())
+            uid = _platform.peer_uid(self._framed.fileno())
         except OSError as exc:
             log.warning("client %d: cannot read peer credentials: %s", self.id, exc)
             return

@@ -37,8 +37,10 @@ def _unpack_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
 
 class FramedSocket:
     """A socket plus its codec. One task reads, one task writes (or a lock).
+    It takes the socket's fd over from trio's wrapper (one fd per
+    connection, owned here, closed by ``close``).
 
-    Reads and writes go straight to a non-blocking copy of the socket and
+    Reads and writes go straight to the non-blocking stdlib socket and
     wait only when the kernel says so: a burst of frames (a claim of 200
     children) costs syscalls, not a trip through the scheduler per frame.
     Every ``FAIR_EVERY`` frames that needed no wait, a schedule point lets
@@ -48,11 +50,10 @@ class FramedSocket:
     FAIR_EVERY = 32
 
     def __init__(self, sock: trio.socket.SocketType, codec: Codec) -> None:
-        self.sock = sock
         self.codec = codec
         self._eof = False
-        # Our own descriptor of the same socket, used without trio's wrapper.
-        self._raw = socket.socket(fileno=os.dup(sock.fileno()))
+        # The stdlib socket, used without trio's wrapper (which is left empty).
+        self._raw = socket.socket(fileno=sock.detach())
         self._raw.setblocking(False)
         self._unyielded = 0
 
@@ -146,7 +147,10 @@ class FramedSocket:
         if self._raw.fileno() >= 0:
             trio.lowlevel.notify_closing(self._raw)
             self._raw.close()
-        self.sock.close()
+
+    def fileno(self) -> int:
+        """The socket's fd (-1 once closed); still owned here."""
+        return self._raw.fileno()
 
 
 __all__ = ["FramedSocket"]

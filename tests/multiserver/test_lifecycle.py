@@ -23,6 +23,7 @@ from tests.conftest import (
     RunningDaemon,
     connected_clients,
     daemon_pids_for,
+    fd_count,
     fd_links,
     is_alive,
     parent_pid,
@@ -154,6 +155,21 @@ async def test_daemon_runs_a_single_thread(ms_dirs: MsDirs, daemon: RunningDaemo
         assert result.master is not None
         os.close(result.master)
     assert os.listdir(f"/proc/{daemon.pid}/task") == [str(daemon.pid)]
+
+
+async def test_a_client_connection_costs_the_daemon_one_fd(
+    ms_dirs: MsDirs, daemon: RunningDaemon
+) -> None:
+    paths = ms_dirs.paths
+    async with open_client(paths) as probe:
+        await probe.list()  # the daemon has served this connection
+        before = fd_count(daemon.pid)
+        async with open_client(paths) as a, open_client(paths) as b, open_client(paths) as c:
+            for client in (a, b, c):
+                await client.list()
+            assert connected_clients(daemon.pid, paths.socket) == 4
+            assert fd_count(daemon.pid) == before + 3
+    await wait_until(lambda: connected_clients(daemon.pid, paths.socket) == 0, message="no clients")
 
 
 async def test_stale_socket_is_replaced_under_the_lock(ms_dirs: MsDirs) -> None:
