@@ -40,6 +40,12 @@ KILL_GRACE = 5.0
 READ_SIZE = 65536
 # The longest the drain loop reads before it lets the request handlers run.
 DRAIN_SLICE = 0.005
+# Once this much buffered output has left the table (handed over or
+# collected), glibc is asked to give the freed pages back, TRIM_DELAY later
+# (so the frames that carried it have gone out). Without it, a daemon that
+# buffered 100 floods keeps 100 MiB resident after they are all collected.
+TRIM_AFTER = 8 * 1024 * 1024
+TRIM_DELAY = 1.0
 
 
 class Holder(Protocol):
@@ -252,6 +258,8 @@ class ChildTable:
         self._draining: dict[int, Child] = {}  # master fd -> unheld child
         self._drain_set = _platform.ReadySet()
         self._exits = _platform.ExitSet()
+        self._freed = 0  # bytes of output that left the table since the last trim
+        self._freed_enough = trio.Event()
 
     def __len__(self) -> int:
         return len(self._children)
@@ -274,11 +282,28 @@ class ChildTable:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._drain_loop)
             nursery.start_soon(self._reap_loop)
+            nursery.start_soon(self._trim_loop)
 
     def close(self) -> None:
         self._draining.clear()
         self._drain_set.close()
         self._exits.close()
+
+    def _note_freed(self, size: int) -> None:
+        self._freed += size
+        if self._freed >= TRIM_AFTER:
+            self._freed_enough.set()
+
+    async def _trim_loop(self) -> None:
+        """Give freed output memory back to the OS, at most once per
+        TRIM_DELAY and only after TRIM_AFTER bytes left: an idle daemon
+        never wakes for it."""
+        while True:
+            await self._freed_enough.wait()
+            await trio.sleep(TRIM_DELAY)
+            self._freed = 0
+            self._freed_enough = trio.Event()
+            _platform.release_free_memory()
 
     async def _drain_loop(self) -> None:
         while True:
@@ -409,7 +434,11 @@ class ChildTable:
         the fd if the child runs. With ``keep_output`` the daemon keeps a copy."""
         if not child.running:
             child.read_available()
-        return child.buffer.peek() if keep_output else child.buffer.take()
+        if keep_output:
+            return child.buffer.peek()
+        output, dropped = child.buffer.take()
+        self._note_freed(len(output))
+        return output, dropped
 
     async def _linger(self, child: Child, scope: trio.CancelScope) -> None:
         assert child.linger is not None
@@ -438,6 +467,7 @@ class ChildTable:
         if not child.running:
             child.read_available()
         info = child.info()
+        self._note_freed(len(child.buffer))
         self._children.pop(child.id, None)
         if child.master is not None:
             fd, child.master = child.master, None
