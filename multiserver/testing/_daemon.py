@@ -1,38 +1,8 @@
-"""Simulated multiserver daemons for your tests: no processes, no PTYs, no threads.
-
-A ``SimDaemon`` speaks the real protocol (the real codec and wire layer) on a
-real Unix socket bound in a directory your test gives, so the real client
-library connects to it unchanged with ``open_client(path)``. Its children are
-``SimChild`` objects: the "PTY master" a client receives is one end of a
-``socket.socketpair``, and the test holds the other end as the child's side.
-Everything runs in the test's own trio task tree and in-process socket I/O
-completes in the kernel at once, so tests run under trio's autojump clock: a
-30 s simulated delay takes no wall time. ``Behavior`` makes a daemon slow,
-wedged or broken, per message type.
-
-Example (pytest-trio; ``autojump_clock`` is pytest-trio's own fixture)::
-
-    import trio
-    from multiserver import open_client
-    from multiserver.testing import Behavior, Claim, SimDaemon
-
-    async def test_claim_gives_up_on_a_wedged_daemon(tmp_path, autojump_clock):
-        sim = SimDaemon(tmp_path / "d.sock", behavior=Behavior.on(Claim, hang=True))
-        sim.add_child(["bash"], name="editor")
-        async with sim.serving(), open_client(sim.socket_path) as client:
-            with trio.move_on_after(5) as scope:
-                await client.claim([1])
-            assert scope.cancelled_caught  # after 5 virtual seconds
-
-fd ownership: each ``SimChild`` owns both ends of its socketpair; a client gets
-a dup of the master end (sent with SCM_RIGHTS) and owns that copy. Every fd the
-harness created is closed when ``serve`` returns (or by ``close()`` for a
-daemon that never served). See docs/testing.md for what is not simulated.
-"""
+"""``SimDaemon``: listens on a real Unix socket, accepts connections and answers
+each message as the real daemon would, under its ``Behavior``."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import itertools
@@ -41,28 +11,20 @@ import random
 import secrets
 import signal
 import socket
-import struct
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
-from types import MappingProxyType
 
-import attrs
 import trio
 
 from multiserver import _platform
-from multiserver._buffer import OutputBuffer
 from multiserver._children import child_env, launch_problem
-from multiserver._codec import MAGIC, Codec, close_fds
+from multiserver._codec import MAGIC
 from multiserver._config import DaemonConfig
-from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._messages import (
-    CLIENT_MESSAGES,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     ChildError,
     ChildExited,
-    ChildInfo,
     Children,
     ChildTaken,
     Claim,
@@ -70,7 +32,6 @@ from multiserver._messages import (
     ClaimedChild,
     Collect,
     Collected,
-    Error,
     Hello,
     Launch,
     Launched,
@@ -89,426 +50,12 @@ from multiserver._messages import (
 )
 from multiserver._paths import ensure_private_dir, fits_sun_path
 from multiserver._server import bind_listener, claim_batches
-from multiserver._wire import FramedSocket
+from multiserver.testing._behavior import Behavior, Rule
+from multiserver.testing._children import SimChild, _fake_pids
+from multiserver.testing._connection import _Answer, _error, _SimConnection, _with_version
 
 SERVER_NAME = "multiserver-sim/0.1"
-# Above Linux's PID_MAX_LIMIT (2**22) and macOS's 99998: a fake pid can never
-# name a real process, so a stray os.kill on it fails with ESRCH.
-_fake_pids = itertools.count(5_000_000)
-_VERSION_FIELD = struct.Struct("!H")  # the header's version, right after MAGIC
 _GARBAGE_SIZE = 64
-
-
-# --- behaviors ------------------------------------------------------------------
-
-
-def _non_negative(_inst: object, _attr: object, value: float) -> None:
-    if value < 0:
-        raise ValueError(f"delay must be >= 0, got {value}")
-
-
-@attrs.frozen
-class Rule:
-    """How a simulated daemon answers one type of message.
-
-    Applied in this order: ``close`` (close at once, no answer), ``hang``
-    (never answer), ``delay``, then the answer, altered by ``refuse`` (Hello
-    only), ``wrong_version``, ``garbage`` and last ``crash_mid_frame``.
-    """
-
-    delay: float = attrs.field(default=0.0, validator=_non_negative)
-    """Seconds to wait after reading the message before serving it. The
-    connection serves requests in order, so later requests wait too."""
-    hang: bool = False
-    """Never answer this message or any later one on the connection; read and
-    drop what the client sends, never close (until the client does or the
-    daemon stops)."""
-    close: bool = False
-    """Close the connection on receiving this message, without answering."""
-    refuse: bool = False
-    """Hello only: answer ``Refused`` (the client raises VersionRefused), close."""
-    wrong_version: bool = False
-    """Hello: a Welcome picking a version the client does not speak. Other
-    messages: reply frames whose header carries the wrong version."""
-    garbage: bool = False
-    """Send random bytes (never starting with the frame magic) instead of the
-    answer; the connection stays open."""
-    crash_mid_frame: bool = False
-    """Send the first half of the first reply frame (with its fds), then close."""
-
-    def __or__(self, other: Rule) -> Rule:
-        """Both rules at once: flags are or'ed, the longer delay wins."""
-        return Rule(
-            delay=max(self.delay, other.delay),
-            hang=self.hang or other.hang,
-            close=self.close or other.close,
-            refuse=self.refuse or other.refuse,
-            wrong_version=self.wrong_version or other.wrong_version,
-            garbage=self.garbage or other.garbage,
-            crash_mid_frame=self.crash_mid_frame or other.crash_mid_frame,
-        )
-
-
-_NORMAL = Rule()
-
-
-def _freeze_rules(rules: Mapping[type[Message], Rule]) -> Mapping[type[Message], Rule]:
-    for kind, rule in rules.items():
-        if kind not in CLIENT_MESSAGES:
-            raise ValueError(f"{kind.__name__} is not a message a client sends")
-        if rule.refuse and kind is not Hello:
-            raise ValueError(f"refuse applies to Hello only, not {kind.__name__}")
-    return MappingProxyType(dict(rules))
-
-
-@attrs.frozen
-class Behavior:
-    """How a ``SimDaemon`` misbehaves: a ``Rule`` per client message type
-    (``Hello``, ``Claim``, ...; absent types are answered normally) and
-    ``accept_never`` (listen, but never accept a connection).
-
-    Build with ``Behavior(rules={Claim: Rule(delay=5.0)})`` or
-    ``Behavior.on(Claim, delay=5.0)``; combine with ``|``.
-    """
-
-    rules: Mapping[type[Message], Rule] = attrs.field(factory=dict, converter=_freeze_rules)
-    accept_never: bool = False
-
-    @classmethod
-    def on(
-        cls,
-        message: type[Message],
-        *,
-        delay: float = 0.0,
-        hang: bool = False,
-        close: bool = False,
-        refuse: bool = False,
-        wrong_version: bool = False,
-        garbage: bool = False,
-        crash_mid_frame: bool = False,
-    ) -> Behavior:
-        """One rule for one message type."""
-        rule = Rule(
-            delay=delay,
-            hang=hang,
-            close=close,
-            refuse=refuse,
-            wrong_version=wrong_version,
-            garbage=garbage,
-            crash_mid_frame=crash_mid_frame,
-        )
-        return cls(rules={message: rule})
-
-    def rule(self, message: type[Message]) -> Rule:
-        return self.rules.get(message, _NORMAL)
-
-    def __or__(self, other: Behavior) -> Behavior:
-        """Both behaviors; rules for the same message type are combined."""
-        rules = dict(self.rules)
-        for kind, rule in other.rules.items():
-            rules[kind] = rules[kind] | rule if kind in rules else rule
-        return Behavior(rules=rules, accept_never=self.accept_never or other.accept_never)
-
-
-# --- children -------------------------------------------------------------------
-
-
-class SimChild:
-    """A simulated child. Made by ``SimDaemon.add_child`` or by a Launch.
-
-    Owns both ends of a socketpair: the master end (dup'd to each client
-    that claims it) and the child's side, which the test drives with
-    ``write_output``, ``read_input`` and ``exit``.
-    """
-
-    def __init__(
-        self,
-        daemon: SimDaemon,
-        *,
-        id: int,
-        name: str,
-        argv: list[str],
-        cwd: str,
-        env: dict[str, str],
-        rows: int,
-        cols: int,
-        linger: float | None,
-        master: socket.socket,
-        side: socket.socket,
-        buffer_limit: int,
-    ) -> None:
-        self.id = id
-        self.pid = next(_fake_pids)
-        self.name = name
-        self.argv = argv
-        self.cwd = cwd
-        self.env = env
-        self.tty = f"/dev/pts/sim{id}"
-        self.rows = rows
-        self.cols = cols
-        self.linger = linger  # reported, never acted on
-        self.started_at = time.time()
-        self.exited_at: float | None = None
-        self.exit_code: int | None = None
-        self.signals: list[int] = []  # every signal a client sent, in order
-        # What List(foreground=True) reports while the child runs.
-        self.fg_pid: int | None = None
-        self.fg_cwd: str | None = None
-        self.fg_argv: list[str] | None = None
-        self._daemon = daemon
-        self._holder: _SimConnection | None = None
-        self._buffer = OutputBuffer(buffer_limit)
-        self._master = master
-        self._side_sock = side  # the same socket: sync writes ...
-        self._side = trio.socket.from_stdlib_socket(side)  # ... and awaited reads
-        self._side_open = True
-        self._closed = False
-
-    @property
-    def running(self) -> bool:
-        return self.exit_code is None
-
-    @property
-    def held(self) -> bool:
-        return self._holder is not None
-
-    @property
-    def holder(self) -> int | None:
-        """The number of the connection that holds the child (1, 2, ...)."""
-        return None if self._holder is None else self._holder.number
-
-    @property
-    def buffered(self) -> bytes:
-        """Output written while nobody held the child, not yet handed over."""
-        return self._buffer.peek()[0]
-
-    def write_output(self, data: bytes) -> None:
-        """The child writes ``data`` to its terminal: into the buffer while
-        nobody holds it, else to the holder's fd. Raises BlockingIOError if
-        the holder lets the socket fill (a few hundred KiB) without reading."""
-        self._check_open()
-        if not self.running:
-            raise RuntimeError(f"child {self.id} has exited")
-        if self._holder is None:
-            self._buffer.append(data)
-            return
-        view = memoryview(data)
-        while view:
-            # MSG_DONTWAIT: never block the trio thread, whatever the file flags.
-            view = view[self._side_sock.send(view, socket.MSG_DONTWAIT) :]
-
-    async def read_input(self, max_bytes: int = 65536) -> bytes:
-        """Wait for what a client typed on its fd: at least one byte, or b""
-        once the child has exited (also for a read waiting when it exits).
-
-        Cancellation: nothing was read.
-        """
-        self._check_open()
-        if not self._side_open:
-            return b""
-        try:
-            return await self._side.recv(max_bytes)
-        except trio.ClosedResourceError:
-            return b""
-
-    def exit(self, code: int = 0) -> None:
-        """The child exits with ``code`` (negative: killed by that signal).
-        Its side closes (a holder reads the rest of the output, then EOF),
-        every connected client gets ChildExited, and the daemon keeps it
-        until a client collects it."""
-        self._check_open()
-        if not self.running:
-            raise RuntimeError(f"child {self.id} has exited already")
-        self.exit_code = code
-        self.exited_at = time.time()
-        self._close_side()
-        self._daemon._child_exited(self)
-
-    def info(self, *, foreground: bool = False) -> ChildInfo:
-        """What the daemon reports of this child."""
-        show_fg = foreground and self.running
-        return ChildInfo(
-            id=self.id,
-            pid=self.pid,
-            name=self.name,
-            argv=list(self.argv),
-            cwd=self.cwd,
-            tty=self.tty,
-            rows=self.rows,
-            cols=self.cols,
-            state="running" if self.running else "exited",
-            exit_code=self.exit_code,
-            held=self.held,
-            buffered_bytes=len(self._buffer),
-            dropped_bytes=self._buffer.dropped,
-            started_at=self.started_at,
-            exited_at=self.exited_at,
-            linger=self.linger,
-            fg_pid=self.fg_pid if show_fg else None,
-            fg_cwd=self.fg_cwd if show_fg else None,
-            fg_argv=list(self.fg_argv) if show_fg and self.fg_argv is not None else None,
-        )
-
-    # --- for the daemon -----------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"child {self.id}: its daemon has stopped")
-
-    def _master_fd(self) -> int:
-        return self._master.fileno()
-
-    def _become_unheld(self) -> None:
-        """Nobody holds the child: take what the last holder left unread."""
-        self._holder = None
-        self._drain_master()
-
-    def _drain_master(self) -> None:
-        while True:
-            try:
-                data = self._master.recv(65536, socket.MSG_DONTWAIT)
-            except (BlockingIOError, OSError):
-                return
-            if not data:
-                return
-            self._buffer.append(data)
-
-    def _take_output(self, *, keep: bool) -> tuple[bytes, int]:
-        if not self.running:
-            self._drain_master()
-        return self._buffer.peek() if keep else self._buffer.take()
-
-    def _close_side(self) -> None:
-        if self._side_open:
-            self._side_open = False
-            self._side.close()
-
-    def _close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._close_side()
-            self._master.close()
-
-
-# --- connections ----------------------------------------------------------------
-
-
-class _SimConnection:
-    """The simulated daemon's side of one client: serves its requests in
-    order; one writer task sends what the outbox holds (replies and notices,
-    in the order they were queued). Owns its socket and the outbox's fds."""
-
-    def __init__(self, daemon: SimDaemon, sock: trio.socket.SocketType, number: int) -> None:
-        self.number = number
-        self.held: set[int] = set()
-        self.ready = False  # Welcome sent: receives notices
-        self._daemon = daemon
-        self._framed = FramedSocket(sock, Codec("daemon"))
-        self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
-        self._wake_writer = trio.Event()
-        self._sending = False
-        self._idle = trio.Event()
-        self._closed = False
-        self._cancel = trio.CancelScope()
-
-    @property
-    def version(self) -> int:
-        return self._framed.codec.version or PROTOCOL_VERSION
-
-    def encode(self, msg: Message, nfds: int = 0) -> bytes:
-        return self._framed.codec.send(msg, nfds)
-
-    def enqueue(self, frame: bytes, fds: Sequence[int] = ()) -> None:
-        """Queue raw bytes with dups of ``fds`` (the outbox owns the dups)."""
-        if self._closed:
-            return
-        self._outbox.append((frame, [os.dup(fd) for fd in fds]))
-        self._wake_writer.set()
-
-    def notify(self, msg: Message) -> None:
-        if self.ready:
-            self.enqueue(self.encode(msg))
-
-    async def serve(self) -> None:
-        try:
-            with self._cancel:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._writer)
-                    await self._serve_requests()
-                    await self._flush()
-                    nursery.cancel_scope.cancel()
-        finally:
-            self._closed = True
-            while self._outbox:
-                close_fds(self._outbox.popleft()[1])
-            self._daemon._connection_gone(self)
-            self._framed.close()
-
-    async def _serve_requests(self) -> None:
-        try:
-            while True:
-                event = await self._framed.receive()
-                close_fds(event.fds)  # no client message carries fds
-                if not await self._daemon._handle(self, event.message):
-                    return
-        except ConnectionClosed:
-            return
-        except PeerProtocolError as exc:
-            error = Error(req=None, errno=errno.EPROTO, message=f"protocol error: {exc}")
-            self.enqueue(self.encode(error))
-
-    async def wait_peer_closed(self) -> None:
-        """Read and drop everything until the client closes (a hung daemon)."""
-        try:
-            while True:
-                event = await self._framed.receive()
-                close_fds(event.fds)
-                self._daemon.received.append(event.message)
-        except (ConnectionClosed, PeerProtocolError):
-            return
-
-    async def _writer(self) -> None:
-        while True:
-            while not self._outbox:
-                self._idle.set()
-                self._wake_writer = trio.Event()
-                await self._wake_writer.wait()
-            frame, fds = self._outbox.popleft()
-            self._sending = True
-            try:
-                await self._framed.send_frame(frame, fds)
-            except ConnectionClosed:
-                self._cancel.cancel()  # the client is gone: so is this connection
-                return
-            finally:
-                self._sending = False
-                close_fds(fds)
-
-    async def _flush(self) -> None:
-        while self._outbox or self._sending:
-            self._idle = trio.Event()
-            await self._idle.wait()
-
-
-@attrs.frozen
-class _Answer:
-    replies: list[tuple[Message, list[int]]]  # fds still owned by the children
-    close: bool = False  # close the connection once they are sent
-    stop: bool = False  # then stop the daemon (an accepted Shutdown)
-
-
-def _error(msg: Message, err: int, message: str) -> _Answer:
-    req: int | None = getattr(msg, "req", None)
-    return _Answer([(Error(req=req, errno=err, message=message), [])])
-
-
-def _with_version(frame: bytes, version: int) -> bytes:
-    out = bytearray(frame)
-    _VERSION_FIELD.pack_into(out, len(MAGIC), version)
-    return bytes(out)
-
-
-# --- the daemon -----------------------------------------------------------------
 
 
 class SimDaemon:
@@ -960,22 +507,3 @@ class SimDaemon:
             del self._children[child.id]
             child._close()
         return _Answer([(Ok(req=msg.req), [])], stop=True)
-
-
-__all__ = [
-    # The messages a client sends, re-exported to key a Behavior's rules.
-    "Behavior",
-    "Claim",
-    "Collect",
-    "Hello",
-    "Launch",
-    "ListChildren",
-    "Peek",
-    "Release",
-    "Resize",
-    "Rule",
-    "Shutdown",
-    "Signal",
-    "SimChild",
-    "SimDaemon",
-]
