@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import restore._schema as schema_mod
 import restore._store as store_mod
 from restore import (
     SCROLLBACK_LIMIT,
@@ -154,13 +155,13 @@ def test_an_unchanged_document_is_structured_once(
 ) -> None:
     store.save(Arrangement([Window("main", [Tab(leaf("a")), Tab(leaf("b"))])]))
     calls: list[object] = []
-    real = store_mod._structure
+    real = schema_mod._structure
 
     def counting(raw: object, cls: Any, what: str) -> Any:
         calls.append(cls)
         return real(raw, cls, what)
 
-    monkeypatch.setattr(store_mod, "_structure", counting)
+    monkeypatch.setattr(schema_mod, "_structure", counting)  # what _read_doc calls
     first = store.load()
     with ArrangementStore.open(path) as other:  # opening checks the document
         assert other.load() == first
@@ -459,8 +460,9 @@ def test_an_older_schema_is_migrated_once(path: Path, monkeypatch: pytest.Monkey
         calls.append(1)
         conn.execute("CREATE TABLE added_in_two (x)")
 
+    monkeypatch.setattr(schema_mod, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_mod, "_MIGRATIONS", {1: one_to_two})
+    monkeypatch.setattr(schema_mod, "_MIGRATIONS", {1: one_to_two})
     with ArrangementStore.open(path) as s:
         assert s.schema_version == 2 and not s.read_only
         s.add_session(leaf("a"))
@@ -483,8 +485,9 @@ def test_a_failed_migration_leaves_the_file_as_it_was(
         conn.execute("CREATE TABLE half_done (x)")
         raise RuntimeError("migration bug")
 
+    monkeypatch.setattr(schema_mod, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_mod, "_MIGRATIONS", {1: broken})
+    monkeypatch.setattr(schema_mod, "_MIGRATIONS", {1: broken})
     with pytest.raises(RuntimeError):
         ArrangementStore.open(path)
     monkeypatch.undo()
