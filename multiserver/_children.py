@@ -49,7 +49,7 @@ TRIM_DELAY = 1.0
 
 
 class Holder(Protocol):
-    """A connection that can hold children (see ``_server.ClientConnection``)."""
+    """A connection that can hold children (see ``_connection.ClientConnection``)."""
 
     def notify(self, msg: Message) -> None: ...
 
