@@ -12,6 +12,7 @@ import sys
 import time
 from argparse import Namespace
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import attrs
 import trio
@@ -26,8 +27,15 @@ from multiserver import (
     open_client,
 )
 from multiserver_cli import _attach, _state
-from multiserver_cli._format import ls_table, print_json
-from multiserver_cli._sessions import REQUEST_TIMEOUT, CliError, check_name, find_session, scan
+from multiserver_cli._format import daemon_label, ls_table, print_json
+from multiserver_cli._sessions import (
+    REQUEST_TIMEOUT,
+    CliError,
+    check_name,
+    find_session,
+    saved_names,
+    scan,
+)
 from multiserver_cli._state import end_child
 
 
@@ -190,8 +198,12 @@ async def cmd_attach(args: Namespace) -> int:
 # --- ls, peek, kill ------------------------------------------------------------------
 
 
-def child_json(child: ChildInfo, socket: str, instance_id: str) -> dict[str, object]:
-    return {
+def child_json(
+    child: ChildInfo, socket: str, instance_id: str, *, saved: bool | None = None
+) -> dict[str, object]:
+    """A session for ``--json``; ``saved``: whether a saved session refers
+    to it (left out where not known)."""
+    out: dict[str, object] = {
         "name": child.name,
         "id": child.id,
         "pid": child.pid,
@@ -209,17 +221,34 @@ def child_json(child: ChildInfo, socket: str, instance_id: str) -> dict[str, obj
         "socket": socket,
         "daemon_instance": instance_id,
     }
+    if saved is not None:
+        out["saved"] = saved
+    return out
 
 
 async def cmd_ls(args: Namespace) -> int:
     result = await scan(args.daemon if args.daemon_given else None)
     for problem in result.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
-    rows = [(d.socket, d.instance_id, c) for d in result.daemons for c in d.children]
+    saved = saved_names()
+    # Each child under the name `attach` takes: its saved session's, if any.
+    rows: list[tuple[Path, str, ChildInfo, bool]] = []
+    for d in result.daemons:
+        for c in d.children:
+            name = saved.get((str(d.socket), d.instance_id, c.id))
+            shown = c if name is None else attrs.evolve(c, name=name)
+            rows.append((d.socket, d.instance_id, shown, name is not None))
     if args.json:
-        print_json([child_json(c, str(s), i) for s, i, c in rows])
+        print_json([child_json(c, str(s), i, saved=k) for s, i, c, k in rows])
     elif rows:
-        print(ls_table([c for _, _, c in rows], time.time()))
+        several = len({s for s, _, _, _ in rows}) > 1
+        print(
+            ls_table(
+                [c for _, _, c, _ in rows],
+                time.time(),
+                daemons=[daemon_label(s) for s, _, _, _ in rows] if several else None,
+            )
+        )
     else:
         print("no sessions", file=sys.stderr)
     return 0

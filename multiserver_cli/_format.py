@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from multiserver import ChildInfo
+from multiserver._paths import SOCKET_RE
 
 
 def print_json(value: object) -> None:
@@ -50,7 +52,15 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def ls_table(children: list[ChildInfo], now: float) -> str:
+def daemon_label(socket: Path) -> str:
+    """A daemon as `--daemon N` names it: its number, else its socket's name."""
+    m = SOCKET_RE.match(socket.name)
+    return m.group(1) if m else socket.name
+
+
+def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = None) -> str:
+    """``daemons``: each child's daemon, for a DAEMON column (when the
+    children come from more than one)."""
     rows = []
     for c in children:
         state = "running" if c.state == "running" else f"exited {c.exit_code}"
@@ -68,4 +78,8 @@ def ls_table(children: list[ChildInfo], now: float) -> str:
                 waiting,
             ]
         )
-    return table(["NAME", "STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING"], rows)
+    header = ["NAME", "STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING"]
+    if daemons is not None:
+        header.insert(1, "DAEMON")
+        rows = [[r[0], d, *r[1:]] for r, d in zip(rows, daemons, strict=True)]
+    return table(header, rows)

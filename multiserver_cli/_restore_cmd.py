@@ -44,6 +44,18 @@ def _sweep_row(r: SweepRow) -> dict[str, object]:
     }
 
 
+def _arrival_line(att: DaemonAttachment) -> str:
+    """One daemon's answer to the partial attach, for the live progress."""
+    n = len(att.target.leaves)
+    what = f"{Path(att.target.socket).name} ({n} session{'' if n == 1 else 's'})"
+    if att.client is None:  # not reached: every leaf has the same reason
+        why = att.gone[0].reason if att.gone else (att.error or "not reached")
+        return f"{what}: {why}"
+    if att.error is not None:
+        return f"{what}: answered, then failed: {att.error}"
+    return f"{what}: answered in {att.elapsed:.3f} s"
+
+
 async def cmd_restore(args: Namespace) -> int:
     if args.timeout <= 0:
         raise CliError("--timeout must be > 0", 2)
@@ -55,15 +67,21 @@ async def cmd_restore(args: Namespace) -> int:
         arrangement = store.load()
         total = len(arrangement.leaves())
         sink = StoreSink(store)
+        daemons = len({leaf.ref.socket for leaf in arrangement.leaves() if leaf.ref is not None})
         if not args.json:
             print(
-                f"restoring {total} session(s), waiting up to {args.timeout:g} s for their daemons",
+                f"restoring {total} session(s) of {daemons} daemon(s),"
+                f" waiting up to {args.timeout:g} s for them",
                 file=sys.stderr,
             )
 
         def progress(s: RestoredSession) -> None:
             if not args.json:
                 print(f"  {s.leaf.name}: {s.outcome} ({s.detail})", file=sys.stderr)
+
+        def arrived(att: DaemonAttachment) -> None:
+            if not args.json:
+                print(f"  {_arrival_line(att)}", file=sys.stderr)
 
         options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
         async with trio.open_nursery() as nursery:
@@ -91,6 +109,7 @@ async def cmd_restore(args: Namespace) -> int:
                 hold=False,
                 keep_output=True,
                 progress=progress,
+                on_arrival=arrived,
                 on_late=on_late,
             )
             built = True

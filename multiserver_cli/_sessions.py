@@ -114,7 +114,14 @@ async def find_session(name: str, number: int | None) -> Located:
     the daemons' child of that name. CliError if none or several match."""
     check_name(name)
     result = await scan(number)
-    matches = _by_saved_name(name, result)
+    saved = saved_names()
+    matches = [
+        # Shown under the name the user knows it by.
+        Located(d.socket, d.instance_id, attrs.evolve(c, name=name))
+        for d in result.daemons
+        for c in d.children
+        if saved.get((str(d.socket), d.instance_id, c.id)) == name
+    ]
     if not matches:
         matches = [
             Located(d.socket, d.instance_id, c)
@@ -130,19 +137,16 @@ async def find_session(name: str, number: int | None) -> Located:
     return matches[0]
 
 
-def _by_saved_name(name: str, result: Scan) -> list[Located]:
-    """A session known by its saved name (e.g. an adopted orphan), matched to
-    its child by daemon socket, instance and child id."""
+SavedKey = tuple[str, str, int]  # daemon socket, daemon instance id, child id
+
+
+def saved_names() -> dict[SavedKey, str]:
+    """The saved sessions' names by the child they refer to: a saved name
+    (an adopted orphan's, say) comes before the daemon's name for its child."""
     with open_store() as store:
-        leaf = store.load().find(name) if store is not None else None
-    if leaf is None or leaf.ref is None:
-        return []
-    ref = leaf.ref
-    return [
-        # Shown under the name the user knows it by.
-        Located(d.socket, d.instance_id, attrs.evolve(c, name=name))
-        for d in result.daemons
-        if str(d.socket) == ref.socket and d.instance_id == ref.instance_id
-        for c in d.children
-        if c.id == ref.child_id
-    ]
+        leaves = store.load().leaves() if store is not None else []
+    return {
+        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id): leaf.name
+        for leaf in leaves
+        if leaf.ref is not None
+    }

@@ -123,10 +123,16 @@ class PartialAttachPhase:
     """Runs the partial attaches of a plan; see the module docstring."""
 
     def __init__(
-        self, plan: Plan, *, on_late: Callable[[DaemonAttachment], None], keep_output: bool = False
+        self,
+        plan: Plan,
+        *,
+        on_late: Callable[[DaemonAttachment], None],
+        keep_output: bool = False,
+        on_arrival: Callable[[DaemonAttachment], None] | None = None,
     ) -> None:
         self._plan = plan
         self._on_late = on_late
+        self._on_arrival = on_arrival
         self._keep_output = keep_output
         self._arrived: dict[str, DaemonAttachment] = {}
         self._resolved = False
@@ -172,5 +178,7 @@ class PartialAttachPhase:
             self._on_late(att)
             return
         self._arrived[att.target.socket] = att
+        if self._on_arrival is not None:
+            self._on_arrival(att)  # it is the phase's: a look, not a hand-over
         if len(self._arrived) == len(self._plan.targets):
             self._all_done.set()

@@ -58,6 +58,7 @@ async def restore_arrangement(
     keep_output: bool = False,
     on_late: Callable[[DaemonAttachment], None] = close_late,
     progress: Callable[[RestoredSession], None] | None = None,
+    on_arrival: Callable[[DaemonAttachment], None] | None = None,
 ) -> RestoreResult:
     """Restore every session of ``arrangement``: partial attaches to the
     daemons (never starting one) under ``timeout`` for the whole phase, then
@@ -66,6 +67,11 @@ async def restore_arrangement(
     ``nursery`` must outlive the returned sessions' use: connections that hold
     claimed children read there, and partial attaches still running after the
     deadline finish there and go to ``on_late`` (cancel it to abandon them).
+
+    ``on_arrival`` is called as each daemon's partial attach arrives in
+    time (answered, or failed to connect), while the phase still waits for
+    the others: progress for a person. ``progress`` is called for each
+    session once it is built. Neither may keep what it is shown.
 
     The caller owns every returned ``master`` and ``client`` (sessions of one
     daemon share its client); connections no session uses are closed before
@@ -77,7 +83,9 @@ async def restore_arrangement(
     """
     t0 = trio.current_time()
     plan = plan_restore(arrangement)
-    phase = PartialAttachPhase(plan, on_late=on_late, keep_output=keep_output)
+    phase = PartialAttachPhase(
+        plan, on_late=on_late, keep_output=keep_output, on_arrival=on_arrival
+    )
     result = await phase.run(nursery, timeout)
     try:
         sessions = await build_sessions(

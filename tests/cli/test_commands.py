@@ -10,9 +10,11 @@ import re
 import shlex
 import subprocess
 
+import attrs
 import pytest
 
 from multiserver_cli.main import build_parser, main
+from restore import ArrangementStore
 from tests.cli.conftest import listed, ms, ms_many, run_ms, wait_session
 from tests.conftest import MsDirs, daemon_pids_for, is_alive, is_dead, wait_until
 
@@ -134,6 +136,40 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
     assert re.match(r"\d+s ", web[col["AGE"] :])
     assert web[col["WAITING"] :] == "4B"
     assert len(table) == 3
+
+
+async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
+    ms_dirs: MsDirs,
+) -> None:
+    """Two daemons each run a "web" (the saved one is daemon 2's, the newer);
+    a third child is saved under a name of its own (as the adopter saves an
+    orphan): ls shows it by that name, adds a DAEMON column, and --json says
+    which children are saved."""
+    await ms_many(
+        ms_dirs,
+        ["new", "-d", "-n", "web", "--", "sleep", "100"],
+        ["new", "-d", "-n", "tmp", "--", "sleep", "100"],
+    )
+    await ms(ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100")
+    with ArrangementStore.open() as store:
+        leaf = store.load().find("tmp")
+        assert leaf is not None
+        store.remove_session("tmp")
+        store.add_session(attrs.evolve(leaf, name="orphan-sleep-1"), window="orphans")
+    table = (await ms(ms_dirs, "ls")).stdout.decode().splitlines()
+    assert re.split(r"\s+", table[0])[:3] == ["NAME", "DAEMON", "STATE"]
+    rows = sorted(tuple(line.split()[:2]) for line in table[1:])
+    assert rows == [("orphan-sleep-1", "1"), ("web", "1"), ("web", "2")]
+    out = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
+    assert sorted((c["name"], c["socket"].endswith("-1.socket"), c["saved"]) for c in out) == [
+        ("orphan-sleep-1", True, True),
+        ("web", False, True),
+        ("web", True, False),
+    ]
+    # What ls calls it, attach and peek find.
+    assert (await ms(ms_dirs, "peek", "orphan-sleep-1")).returncode == 0
+    one = (await ms(ms_dirs, "--daemon", "1", "ls")).stdout.decode().splitlines()
+    assert re.split(r"\s+", one[0])[1] == "STATE"  # one daemon: no DAEMON column
 
 
 async def test_peek_prints_the_waiting_output_without_taking_it(ms_dirs: MsDirs) -> None:

@@ -547,6 +547,52 @@ async def test_a_late_arrival_goes_to_on_late_once_never_into_the_sessions(
         assert not any(k.held for k in kids)
 
 
+async def test_on_arrival_sees_each_daemon_in_time_as_it_answers(
+    ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The live progress of the phase: each daemon that answers before the
+    deadline is shown when it answers (one after 2 s, one after 5 s), one
+    that is not running at once; a late one never (it goes to on_late)."""
+    relauncher = sim_at(1)
+    quick = SimDaemon(ms_dirs.runtime / "quick.sock", behavior=Behavior.on(Claim, delay=2))
+    slower = SimDaemon(ms_dirs.runtime / "slower.sock", behavior=Behavior.on(Claim, delay=5))
+    late = SimDaemon(ms_dirs.runtime / "late.sock", behavior=Behavior.on(Claim, delay=15))
+    leaves = [
+        leaf_of(d, d.add_child(name=f"s{i}"), workdir) for i, d in enumerate((quick, slower, late))
+    ]
+    missing = str(ms_dirs.runtime / "missing.sock")
+    leaves.append(
+        attrs.evolve(leaves[0], name="gone", ref=attrs.evolve(leaves[0].ref, socket=missing))
+    )
+    seen: list[tuple[float, str, str | None]] = []
+    late_ones: list[DaemonAttachment] = []
+    with no_fd_leak():
+        async with serving(relauncher, quick, slower, late), trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+
+            def arrived(att: DaemonAttachment) -> None:
+                seen.append((trio.current_time() - t0, att.target.socket, att.error))
+
+            result = await restore_arrangement(
+                arranged(leaves),
+                nursery=nursery,
+                timeout=TIMEOUT,
+                on_arrival=arrived,
+                on_late=late_ones.append,
+            )
+            assert [(round(t, 3), sock) for t, sock, _ in seen] == [
+                (0, missing),
+                (2, str(quick.socket_path)),
+                (5, str(slower.socket_path)),
+            ]
+            assert seen[0][2] is not None and [e for _, _, e in seen[1:]] == [None, None]
+            await trio.sleep(10)
+            assert len(late_ones) == 1 and len(seen) == 3
+            late_ones[0].close()
+            await release_claims(result)
+            nursery.cancel_scope.cancel()
+
+
 # --- cancellation ---------------------------------------------------------------------------
 
 

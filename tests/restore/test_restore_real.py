@@ -35,10 +35,11 @@ MULTISERVER = str(Path(sys.executable).with_name("multiserver"))
 COMMAND_TIMEOUT = 30.0
 
 # `multiserver restore` whose stderr stops the process (SIGSTOP to itself)
-# right after the first per-session progress line: the restore is then
+# right after the first per-session progress line ("  s0: ..."; the lines
+# before it are per daemon): the restore is then
 # exactly mid-way, its claims held, when the test SIGKILLs it.
 STOP_AFTER_FIRST_PROGRESS = r"""
-import os, signal, sys
+import os, re, signal, sys
 
 class StopAfterFirstProgress:
     def __init__(self, stream):
@@ -48,7 +49,7 @@ class StopAfterFirstProgress:
     def write(self, text):
         n = self._stream.write(text)
         self._stream.flush()
-        if not self._stopped and text.startswith("  "):
+        if not self._stopped and re.match(r"  s[0-9]+: ", text):
             self._stopped = True
             os.kill(os.getpid(), signal.SIGSTOP)
         return n
