@@ -32,6 +32,7 @@ from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     CliError,
     check_name,
+    check_name_free,
     find_session,
     saved_names,
     scan,
@@ -119,6 +120,8 @@ async def cmd_new(args: Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
     size = _attach.terminal_size(0) or (24, 80)
     paths = _paths(args)
+    if name:
+        await check_name_free(name, paths.socket)
     async with open_client_bounded(paths, start=True) as client:
         try:
             async with bounded("new"):

@@ -19,6 +19,7 @@ from multiserver import (
     UnsafeDirectory,
     connect,
     handshake,
+    open_client,
 )
 from multiserver._codec import Codec
 from multiserver._messages import NAME_RE
@@ -135,6 +136,32 @@ async def find_session(name: str, number: int | None) -> Located:
     if len(matches) > 1:
         raise CliError(f"several sessions are named {name!r}; choose one with --daemon N")
     return matches[0]
+
+
+async def check_name_free(name: str, socket: Path) -> None:
+    """Refuse ``name`` for a new session on the daemon at ``socket`` while a
+    saved session of that name lives on another daemon. (Each daemon keeps
+    its own children's names apart; the saved arrangement spans them all,
+    and a new leaf would take the name from the live one.)"""
+    with open_store() as store:
+        leaf = store.load().find(name) if store is not None else None
+    if leaf is None or leaf.ref is None or leaf.ref.socket == str(socket):
+        return
+    ref = leaf.ref
+    alive = False
+    with trio.move_on_after(SCAN_TIMEOUT):  # a wedged daemon does not hold the name
+        try:
+            async with open_client(Path(ref.socket), children=False) as client:
+                if client.instance_id == ref.instance_id:
+                    await client.peek(ref.child_id, 0)
+                    alive = True
+        except MultiserverError:  # gone, or the child is unknown (ENOENT)
+            pass
+    if alive:
+        raise CliError(
+            f"a session named {name!r} already runs on {Path(ref.socket).name};"
+            " choose another name (or attach to it)"
+        )
 
 
 SavedKey = tuple[str, str, int]  # daemon socket, daemon instance id, child id

@@ -141,7 +141,8 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
 async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
     ms_dirs: MsDirs,
 ) -> None:
-    """Two daemons each run a "web" (the saved one is daemon 2's, the newer);
+    """A saved session's name is not taken by another daemon's new session
+    while it lives. Two daemons each run a "web" (the saved one daemon 2's);
     a third child is saved under a name of its own (as the adopter saves an
     orphan): ls shows it by that name, adds a DAEMON column, and --json says
     which children are saved."""
@@ -150,6 +151,19 @@ async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
         ["new", "-d", "-n", "web", "--", "sleep", "100"],
         ["new", "-d", "-n", "tmp", "--", "sleep", "100"],
     )
+    # The saved "web" lives on daemon 1: daemon 2 may not take its name.
+    refused = await ms(
+        ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100", check=False
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.decode().splitlines() == [
+        "multiserver: a session named 'web' already runs on multiserver-daemon-1.socket;"
+        " choose another name (or attach to it)"
+    ]
+    # Once it is gone from the arrangement, the name is free (daemon 1 keeps
+    # its child, now an orphan).
+    with ArrangementStore.open() as store:
+        store.remove_session("web")
     await ms(ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100")
     with ArrangementStore.open() as store:
         leaf = store.load().find("tmp")
