@@ -1,7 +1,7 @@
 """Platform seams, one small section each: peer credentials, waiting for a
-child's exit without ``waitpid(-1)``, spawning on a PTY, and the foreground
-process of a terminal. Linux and macOS; nothing else in the package branches
-on the platform."""
+child's exit without ``waitpid(-1)``, spawning on a PTY, the foreground
+process of a terminal, and giving freed heap memory back. Linux and macOS;
+nothing else in the package branches on the platform."""
 
 from __future__ import annotations
 
