@@ -157,6 +157,17 @@ def daemon_pids_for(socket_path: Path) -> list[int]:
     """Live daemons started for ``socket_path`` (found by their command line,
     which names the socket; the path is unique to one test)."""
     want = os.fsencode(str(socket_path))
+    return _daemon_pids(lambda sock: sock == want)
+
+
+def daemon_pids_under(root: Path) -> list[int]:
+    """Live daemons whose socket lies under ``root`` (a test's own dir):
+    every daemon number a test started, not only daemon 1."""
+    prefix = os.fsencode(str(root)) + b"/"
+    return _daemon_pids(lambda sock: sock.startswith(prefix))
+
+
+def _daemon_pids(wanted: Callable[[bytes], bool]) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -166,7 +177,7 @@ def daemon_pids_for(socket_path: Path) -> list[int]:
                 args = f.read().split(b"\0")
         except OSError:
             continue
-        names_socket = any(a == b"--socket" and b == want for a, b in itertools.pairwise(args))
+        names_socket = any(a == b"--socket" and wanted(b) for a, b in itertools.pairwise(args))
         if names_socket and is_alive(int(name)):
             found.append(int(name))
     return sorted(found)
@@ -318,8 +329,9 @@ def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
         yield MsDirs(root, runtime, state, paths)
     finally:
         # Last resort for daemons a test started outside ``start_daemon``
-        # (races, subprocesses): found by their own socket path, stopped by pid.
-        for pid in daemon_pids_for(paths.socket):
+        # (races, subprocesses, other daemon numbers): found by a socket path
+        # in this test's dirs (the fallback dir is under root too), by pid.
+        for pid in daemon_pids_under(root):
             stop_daemon_sync(pid)
         shutil.rmtree(root, ignore_errors=True)
 
