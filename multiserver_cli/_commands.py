@@ -202,11 +202,10 @@ async def cmd_attach(args: Namespace) -> int:
 
 
 def child_json(
-    child: ChildInfo, socket: str, instance_id: str, *, saved: bool | None = None
+    child: ChildInfo, socket: str, instance_id: str, *, saved: bool
 ) -> dict[str, object]:
-    """A session for ``--json``; ``saved``: whether a saved session refers
-    to it (left out where not known)."""
-    out: dict[str, object] = {
+    """A session for ``ls --json``; ``saved``: whether a saved session refers to it."""
+    return {
         "name": child.name,
         "id": child.id,
         "pid": child.pid,
@@ -223,10 +222,8 @@ def child_json(
         "linger": child.linger,
         "socket": socket,
         "daemon_instance": instance_id,
+        "saved": saved,
     }
-    if saved is not None:
-        out["saved"] = saved
-    return out
 
 
 async def cmd_ls(args: Namespace) -> int:
