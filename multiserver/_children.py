@@ -20,21 +20,22 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
 import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol
 
 import trio
 
 from multiserver import _platform
 from multiserver._buffer import OutputBuffer
-from multiserver._messages import NAME_RE, ChildInfo, ChildTaken, Message
+from multiserver._core import LaunchError
+from multiserver._messages import ChildInfo, Launch
 
-DEFAULT_TERM = "xterm-256color"
-OWN_ENV_PREFIX = "MULTISERVER_"
+log = logging.getLogger("multiserver.daemon")
+
 # After SIGHUP, how long a lingering or force-stopped child gets before SIGKILL.
 KILL_GRACE = 5.0
 READ_SIZE = 65536
@@ -46,64 +47,6 @@ DRAIN_SLICE = 0.005
 # buffered 100 floods keeps 100 MiB resident after they are all collected.
 TRIM_AFTER = 8 * 1024 * 1024
 TRIM_DELAY = 1.0
-
-
-class Holder(Protocol):
-    """A connection that can hold children (see ``_connection.ClientConnection``)."""
-
-    def notify(self, msg: Message) -> None: ...
-
-
-class LaunchError(Exception):
-    def __init__(self, err: int, message: str) -> None:
-        super().__init__(message)
-        self.errno = err
-        self.message = message
-
-
-def child_env(env: dict[str, str]) -> dict[str, str]:
-    """The environment a child gets: the client's, less the daemon's own
-    variables, with TERM set."""
-    out = {k: v for k, v in env.items() if not k.startswith(OWN_ENV_PREFIX)}
-    if not out.get("TERM"):
-        out["TERM"] = DEFAULT_TERM
-    return out
-
-
-def launch_problem(
-    argv: list[str],
-    env: dict[str, str],
-    cwd: str,
-    rows: int,
-    cols: int,
-    name: str,
-    linger: float | None,
-    name_taken: bool,
-    *,
-    cwd_must_exist: bool = True,
-) -> tuple[int, str] | None:
-    """(errno, one line) for a Launch the daemon refuses before spawning,
-    or None. Pure but for the cwd's existence; the simulated daemon of
-    ``multiserver.testing`` answers with the same checks."""
-    if not argv or not all(argv):
-        return errno.EINVAL, "empty command"
-    if not (1 <= rows <= 10000 and 1 <= cols <= 10000):
-        return errno.EINVAL, f"bad terminal size {rows}x{cols}"
-    if linger is not None and not (0 <= linger < 10**9):
-        return errno.EINVAL, f"bad linger {linger}"
-    if name and not NAME_RE.match(name):
-        return errno.EINVAL, f"bad session name {name!r}"
-    if name_taken:
-        return errno.EEXIST, f"a session named {name!r} exists already"
-    if any("\0" in a for a in (*argv, cwd, *env.keys(), *env.values())):
-        return errno.EINVAL, "a NUL byte in the command, cwd or environment"
-    if any(not k or "=" in k for k in env):
-        return errno.EINVAL, "an environment variable with an empty name or '=' in it"
-    if not os.path.isabs(cwd):
-        return errno.EINVAL, f"cwd must be absolute: {cwd}"
-    if cwd_must_exist and not os.path.isdir(cwd):
-        return errno.ENOENT, f"no such directory: {cwd}"
-    return None
 
 
 def resolve_executable(argv0: str, env: dict[str, str], cwd: str) -> str:
@@ -134,7 +77,6 @@ class Child:
         "exit_code",
         "exited",
         "exited_at",
-        "holder",
         "id",
         "linger",
         "master",
@@ -175,7 +117,6 @@ class Child:
         self.exit_code: int | None = None
         self.exited = trio.Event()
         self.eof = False  # read to the end: the slave side is closed
-        self.holder: Holder | None = None
         self.buffer = OutputBuffer(buffer_limit)
         self._linger_scope: trio.CancelScope | None = None
 
@@ -183,7 +124,7 @@ class Child:
     def running(self) -> bool:
         return self.exit_code is None
 
-    def info(self, *, foreground: bool = False) -> ChildInfo:
+    def describe(self, *, held: bool, foreground: bool = False) -> ChildInfo:
         fg_pid = fg_cwd = fg_argv = None
         if foreground and self.running and self.master is not None:
             fg_pid, fg_cwd, fg_argv = _platform.foreground(self.master)
@@ -198,7 +139,7 @@ class Child:
             cols=self.cols,
             state="running" if self.running else "exited",
             exit_code=self.exit_code,
-            held=self.holder is not None,
+            held=held,
             buffered_bytes=len(self.buffer),
             dropped_bytes=self.buffer.dropped,
             started_at=self.started_at,
@@ -355,27 +296,15 @@ class ChildTable:
         if child.master is not None and self._draining.pop(child.master, None) is not None:
             self._drain_set.remove(child.master)
 
-    def launch(
-        self,
-        *,
-        argv: list[str],
-        env: dict[str, str],
-        cwd: str,
-        rows: int,
-        cols: int,
-        name: str,
-        linger: float | None,
-        holder: Holder | None,
-    ) -> Child:
-        """Spawn a child; raises LaunchError (errno + one line) on bad input."""
-        name_taken = bool(name) and any(c.name == name for c in self._children.values())
-        problem = launch_problem(argv, env, cwd, rows, cols, name, linger, name_taken)
-        if problem is not None:
-            raise LaunchError(*problem)
-        env = child_env(env)
-        executable = resolve_executable(argv[0], env, cwd)
+    def spawn(self, msg: Launch, env: dict[str, str]) -> Child:
+        """Start a child for a Launch the request core checked (``env``
+        cleaned); not drained until ``unhold``. Raises LaunchError."""
+        argv = msg.argv
+        executable = resolve_executable(argv[0], env, msg.cwd)
         try:
-            pid, master, tty = _platform.spawn_on_pty(executable, argv, env, cwd, rows, cols)
+            pid, master, tty = _platform.spawn_on_pty(
+                executable, argv, env, msg.cwd, msg.rows, msg.cols
+            )
         except ValueError as exc:
             raise LaunchError(errno.EINVAL, f"cannot start {argv[0]}: {exc}") from exc
         except OSError as exc:
@@ -389,56 +318,46 @@ class ChildTable:
             pid=pid,
             master=master,
             tty=tty,
-            name=name or str(child_id),
+            name=msg.name or str(child_id),
             argv=list(argv),
-            cwd=cwd,
-            rows=rows,
-            cols=cols,
-            linger=linger,
+            cwd=msg.cwd,
+            rows=msg.rows,
+            cols=msg.cols,
+            linger=msg.linger,
             buffer_limit=self._buffer_limit,
         )
         self._children[child_id] = child
         self._by_pid[pid] = child
         self._exits.add(pid)
-        child.holder = holder
-        if holder is None:
-            self.become_unheld(child)
+        log.info("child %d (pid %d) launched on %s", child.id, child.pid, child.tty)
         self._on_change()
         return child
 
-    def become_unheld(self, child: Child) -> None:
+    def unhold(self, child: Child) -> None:
         """Nobody holds ``child`` from now: drain it, start its linger clock."""
-        child.holder = None
         self._start_draining(child)
         if child.linger is not None and child.running and child._linger_scope is None:
             child._linger_scope = trio.CancelScope()
             self._nursery.start_soon(self._linger, child, child._linger_scope)
 
-    def hold(self, child: Child, holder: Holder, *, steal: bool) -> None:
-        """Make ``holder`` the child's holder and stop draining it. Raises
-        LaunchError(EBUSY) if another client holds it and not ``steal``.
-        Synchronous, so a claim is atomic: two claimers never both get it."""
-        previous = child.holder
-        if previous is not None and previous is not holder and not steal:
-            raise LaunchError(errno.EBUSY, f"session {child.name} is held by another client")
-        child.holder = holder
+    def hold(self, child: Child) -> None:
+        """A client holds ``child`` from now: stop draining it and its
+        linger clock. Synchronous: the drain loop is parked between reads."""
         if child._linger_scope is not None:
             child._linger_scope.cancel()
             child._linger_scope = None
-        if previous is not None and previous is not holder:
-            previous.notify(ChildTaken(id=child.id))
         self._stop_draining(child)
 
-    def handover(self, child: Child, *, keep_output: bool = False) -> tuple[bytes, int]:
-        """After ``hold``: (buffered output, dropped count); the caller sends
-        the fd if the child runs. With ``keep_output`` the daemon keeps a copy."""
-        if not child.running:
-            child.read_available()
-        if keep_output:
-            return child.buffer.peek()
-        output, dropped = child.buffer.take()
-        self._note_freed(len(output))
-        return output, dropped
+    def freed(self, nbytes: int) -> None:
+        self._note_freed(nbytes)
+
+    def signal(self, child: Child, signum: int) -> None:
+        _killpg(child.pid, signum)
+
+    def resize(self, child: Child, rows: int, cols: int) -> None:
+        if child.master is not None:
+            _platform.set_winsize(child.master, rows, cols)
+        child.rows, child.cols = rows, cols
 
     async def _linger(self, child: Child, scope: trio.CancelScope) -> None:
         assert child.linger is not None
@@ -461,19 +380,32 @@ class ChildTable:
             with trio.move_on_after(KILL_GRACE):
                 await child.exited.wait()
 
-    def collect(self, child: Child) -> ChildInfo:
+    def collect(self, child: Child) -> None:
         """Remove a child from the table and close its master."""
         self._stop_draining(child)
         if not child.running:
             child.read_available()
-        info = child.info()
         self._note_freed(len(child.buffer))
         self._children.pop(child.id, None)
         if child.master is not None:
             fd, child.master = child.master, None
             os.close(fd)
         self._on_change()
-        return info
+
+    async def end_all(self) -> None:
+        """End every running child at once (SIGHUP, SIGKILL after a grace),
+        then forget every child. Shielded: a shutdown finishes.
+
+        Cancellation: none (shielded).
+        """
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for child in self:
+                    if child.running:
+                        nursery.start_soon(self.end, child)
+            for child in self:
+                if not child.running:
+                    self.collect(child)
 
 
 def _killpg(pid: int, sig: int) -> None:

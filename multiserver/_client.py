@@ -341,9 +341,15 @@ class Client:
         process's pid, cwd and argv where the OS tells them.
 
         Cancellation: nothing happened."""
-        event = await self._call(lambda req: ListChildren(req=req, foreground=foreground))
-        assert isinstance(event.message, Children)
-        return list(event.message.children)
+        children: list[ChildInfo] = []
+        with self._request() as (req, waiter):
+            await self._send(ListChildren(req=req, foreground=foreground))
+            while True:  # one page, or (version 4) pages until the last
+                event = await self._next(waiter)
+                assert isinstance(event.message, Children)
+                children += event.message.children
+                if event.message.last:
+                    return children
 
     async def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
         """The output the daemon holds for a child, without claiming it.
@@ -463,7 +469,21 @@ async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
             f"daemon picked protocol version {msg.version}; this client speaks "
             f"{MIN_PROTOCOL_VERSION}..{PROTOCOL_VERSION}"
         )
-    return msg
+    if not msg.more:
+        return msg
+    # Version 4: the listing did not fit the Welcome; its pages follow.
+    listing = list(msg.children)
+    while True:
+        event = await framed.receive()
+        close_fds(event.fds)
+        page = event.message
+        if isinstance(page, Error):
+            raise RequestFailed(page.errno, page.message)
+        if not isinstance(page, Children) or page.req != 0:
+            raise PeerProtocolError(f"expected the rest of the listing, got {type(page).__name__}")
+        listing += page.children
+        if page.last:
+            return attrs.evolve(msg, children=listing, more=False)
 
 
 async def dial(

@@ -54,6 +54,8 @@ from multiserver._messages import (
     DAEMON_MESSAGES,
     MAX_FDS,
     MESSAGE_TYPES,
+    ChildInfo,
+    Children,
     Error,
     Hello,
     Message,
@@ -74,6 +76,10 @@ Role = Literal["client", "daemon"]
 
 class ProtocolError(Exception):
     """The peer broke the protocol. The message is one line for a human."""
+
+
+class FrameTooLarge(ValueError):
+    """``Codec.send``: the encoded frame exceeds the maximum; nothing was sent."""
 
 
 @attrs.frozen
@@ -169,10 +175,17 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_factory(is_list, list_hook)
     conv.register_structure_hook_factory(is_dict, dict_hook)
     # Hello leaves out fields at their default: the handshake frame stays
-    # what the first version-2 clients sent.
+    # what the first version-2 clients sent. The fields version 4 added are
+    # left out at their default too, so an older peer (which rejects unknown
+    # fields) sees the frames it knows.
     conv.register_unstructure_hook(
         Hello, cattrs.gen.make_dict_unstructure_fn(Hello, conv, _cattrs_omit_if_default=True)
     )
+    omit = cattrs.gen.override(omit_if_default=True)
+    make = cattrs.gen.make_dict_unstructure_fn
+    conv.register_unstructure_hook(ChildInfo, make(ChildInfo, conv, argv_omitted=omit))
+    conv.register_unstructure_hook(Welcome, make(Welcome, conv, more=omit))
+    conv.register_unstructure_hook(Children, make(Children, conv, last=omit))
     return conv
 
 
@@ -390,7 +403,9 @@ class Codec:
             version = self._version or 0
         frame = encode_frame(msg, version, nfds)
         if len(frame) > self._max_frame:
-            raise ValueError(f"frame of {len(frame)} bytes exceeds the maximum")
+            raise FrameTooLarge(
+                f"{type(msg).__name__}: frame of {len(frame)} bytes exceeds the maximum of {self._max_frame}"
+            )
         if isinstance(msg, Welcome):
             self._version = msg.version
         return frame

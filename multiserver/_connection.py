@@ -1,11 +1,20 @@
-"""The daemon's side of one client connection: serve its requests in order,
-and send everything it says through its own outbox and writer task.
+"""The daemon's side of one client connection: read its requests in order,
+have the request core decide each one, and send everything through one
+outbox and one writer task.
+
+The same class serves the real daemon and the simulated one of
+``multiserver.testing``; the simulator only adds an ``Intercept`` (injected
+delays, hangs, broken frames) around the core's answers.
 
 One connection never blocks another: requests of one client are served in
 order by its own task; everything a connection sends goes through its own
 writer task and outbox. A client that stops reading is disconnected once a
 send makes no progress for ``stall_timeout`` seconds, or once its queued
 notices pass a bound; reaping, draining and accepting go on meanwhile.
+
+fd ownership: the outbox owns the fds of every queued frame (``OwnedFd``,
+duplicated by the core in the step that decided to send them) and closes each
+once its frame is sent or dropped.
 """
 
 from __future__ import annotations
@@ -15,48 +24,58 @@ import errno
 import itertools
 import logging
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from multiserver import _platform
 from multiserver._codec import Codec, close_fds
+from multiserver._config import DaemonConfig
+from multiserver._core import Answer, Reply, RequestCore
 from multiserver._errors import ConnectionClosed, PeerProtocolError
-from multiserver._messages import (
-    MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
-    Children,
-    Claim,
-    Collect,
-    Error,
-    Hello,
-    Launch,
-    ListChildren,
-    Message,
-    Peek,
-    Refused,
-    Release,
-    Resize,
-    Shutdown,
-    Signal,
-    Welcome,
-)
+from multiserver._fds import OwnedFd, close_all
+from multiserver._messages import Error, Message
 from multiserver._wire import FramedSocket
-
-if TYPE_CHECKING:
-    from multiserver._server import Daemon
 
 log = logging.getLogger("multiserver.daemon")
 
-SERVER_NAME = "multiserver-daemon/0.1"
+
+class Owner(Protocol):
+    """The daemon a connection belongs to (real or simulated)."""
+
+    @property
+    def config(self) -> DaemonConfig: ...
+
+    @property
+    def core(self) -> RequestCore[Any]: ...
+
+    def connection_gone(self, conn: ClientConnection) -> None: ...
+
+    async def end_children(self) -> None:
+        """An accepted Shutdown: end every child before the Ok goes out."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+class Intercept(Protocol):
+    """Misbehaviour around the core (the simulator's ``Behavior``)."""
+
+    async def before(self, conn: ClientConnection, msg: Message) -> bool:
+        """Called for each message read; False: close without answering."""
+        ...
+
+    def after(self, conn: ClientConnection, msg: Message, answer: Answer) -> Answer:
+        """May alter the answer's frames (closing the fds it drops)."""
+        ...
 
 
 @attrs.frozen
 class _Outgoing:
     frame: bytes
-    fds: list[int]  # dups owned by the outbox, closed once sent
+    fds: list[OwnedFd]  # the outbox's own, closed once sent or dropped
     notice: bool
 
 
@@ -65,12 +84,19 @@ class ClientConnection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, daemon: Daemon, sock: trio.socket.SocketType) -> None:
-        self.id = next(self._ids)
-        self._daemon = daemon
+    def __init__(
+        self,
+        owner: Owner,
+        sock: trio.socket.SocketType,
+        *,
+        number: int | None = None,
+        intercept: Intercept | None = None,
+    ) -> None:
+        self.id = next(self._ids) if number is None else number
+        self._owner = owner
+        self._config = owner.config
+        self._intercept = intercept
         self._framed = FramedSocket(sock, Codec("daemon"))
-        self.held: set[int] = set()
-        self.ready = False  # hello done: receives notices
         # Frames waiting for the writer (the head one may be part-sent).
         self._outbox: collections.deque[_Outgoing] = collections.deque()
         self._outbox_bytes = 0
@@ -80,45 +106,59 @@ class ClientConnection:
         self._closed = trio.Event()
         self._cancel = trio.CancelScope()
 
-    # --- sending --------------------------------------------------------------
+    # --- for the core ---------------------------------------------------------
 
-    def _enqueue(self, msg: Message, fds: Sequence[int] = (), *, notice: bool = False) -> None:
-        frame = self._framed.codec.send(msg, len(fds))
-        owned = [os.dup(fd) for fd in fds]  # the child may be collected meanwhile
-        self._outbox.append(_Outgoing(frame, owned, notice))
-        self._outbox_bytes += len(frame)
-        if notice:
-            self._notices += 1
-        self._wake_writer.set()
-
-    async def send(self, msg: Message, fds: Sequence[int] = ()) -> None:
-        """Queue a reply; waits while the outbox is over its high-water mark.
-
-        Cancellation: the frame may or may not be queued.
-        """
-        while self._outbox_bytes > self._daemon.config.outbox_high_water:
-            if self._closed.is_set():
-                raise ConnectionClosed("client gone")
-            self._space = trio.Event()
-            await self._space.wait()
-        self._enqueue(msg, fds)
+    def encode(self, msg: Message, nfds: int = 0) -> bytes:
+        return self._framed.codec.send(msg, nfds)
 
     def notify(self, msg: Message) -> None:
         """Queue a pushed notice; never blocks. A client that lets notices
         pile up past the bound is disconnected."""
-        if not self.ready or self._closed.is_set():
+        if self._closed.is_set():
             return
-        if self._notices >= self._daemon.config.max_queued_notices:
+        if self._notices >= self._config.max_queued_notices:
             log.warning("client %d: too many queued notices, disconnecting", self.id)
             self.disconnect()
             return
-        self._enqueue(msg, notice=True)
+        self._queue(Reply(msg, self.encode(msg)), notice=True)
+
+    @property
+    def version(self) -> int | None:
+        """The negotiated protocol version (None before the handshake)."""
+        return self._framed.codec.version
+
+    # --- sending --------------------------------------------------------------
+
+    def _queue(self, reply: Reply, *, notice: bool = False) -> None:
+        if self._closed.is_set():
+            close_all(reply.fds)
+            return
+        self._outbox.append(_Outgoing(reply.frame, reply.fds, notice))
+        self._outbox_bytes += len(reply.frame)
+        if notice:
+            self._notices += 1
+        self._wake_writer.set()
+
+    def _queue_answer(self, answer: Answer) -> None:
+        for reply in answer.replies:
+            self._queue(reply)
+
+    async def _wait_room(self) -> None:
+        """Wait while the outbox is over its high-water mark.
+
+        Cancellation: nothing happened.
+        """
+        while self._outbox_bytes > self._config.outbox_high_water:
+            if self._closed.is_set():
+                raise ConnectionClosed("client gone")
+            self._space = trio.Event()
+            await self._space.wait()
 
     async def _writer(self) -> None:
         """Send the outbox in order. A frame stays at the head of the outbox
         until it is fully sent, so ``flush`` waits for it too. A peer that
         goes away or makes no progress for ``stall_timeout`` is disconnected."""
-        stall = self._daemon.config.stall_timeout
+        stall = self._config.stall_timeout
         while True:
             while not self._outbox:
                 self._wake_writer = trio.Event()
@@ -126,13 +166,14 @@ class ClientConnection:
             out = self._outbox[0]
             try:
                 with trio.move_on_after(stall) as scope:
-                    await self._framed.send_frame(out.frame, out.fds)
+                    # The numbers are the outbox's own dups: valid until closed below.
+                    await self._framed.send_frame(out.frame, [fd.fileno() for fd in out.fds])
             except ConnectionClosed as exc:
                 log.info("client %d: %s", self.id, exc)
                 self.disconnect()
                 return
             finally:
-                close_fds(out.fds)
+                close_all(out.fds)
                 self._outbox.popleft()
                 self._outbox_bytes -= len(out.frame)
                 if out.notice:
@@ -166,9 +207,8 @@ class ClientConnection:
             self._closed.set()
             self._space.set()
             while self._outbox:
-                close_fds(self._outbox.popleft().fds)
-            with trio.CancelScope(shield=True):
-                await self._daemon.client_gone(self)
+                close_all(self._outbox.popleft().fds)
+            self._owner.connection_gone(self)
             self._framed.close()
 
     async def _serve_requests(self) -> None:
@@ -179,98 +219,63 @@ class ClientConnection:
             return
         if uid != os.getuid():
             log.warning("client %d: refused uid %d", self.id, uid)
-            await self.send(
-                Error(
-                    req=None,
-                    errno=errno.EACCES,
-                    message=f"permission denied: uid {uid} is not the daemon's owner",
-                )
+            self._queue_error(
+                errno.EACCES, f"permission denied: uid {uid} is not the daemon's owner"
             )
             return
         try:
             while True:
                 event = await self._framed.receive()
                 close_fds(event.fds)  # no client message carries fds
-                try:
-                    keep = await self._dispatch(event.message)
-                except (ConnectionClosed, PeerProtocolError):
-                    raise
-                except Exception as exc:
-                    # A bug must cost one request, never the daemon and the
-                    # children of every other client.
-                    log.exception(
-                        "client %d: internal error serving %s",
-                        self.id,
-                        type(event.message).__name__,
-                    )
-                    req = getattr(event.message, "req", None)
-                    await self.send(
-                        Error(req=req, errno=errno.EIO, message=f"internal error: {exc}")
-                    )
-                    keep = req is not None
-                if not keep:
+                if not await self._serve_one(event.message):
                     return
         except ConnectionClosed:
             return
         except PeerProtocolError as exc:
             log.info("client %d: protocol error: %s", self.id, exc)
-            await self.send(Error(req=None, errno=errno.EPROTO, message=f"protocol error: {exc}"))
+            self._queue_error(errno.EPROTO, f"protocol error: {exc}")
 
-    async def _dispatch(self, msg: Message) -> bool:
+    def _queue_error(self, err: int, text: str) -> None:
+        """An Error with no ``req``: the connection closes after it."""
+        msg = Error(req=None, errno=err, message=text)
+        self._queue(Reply(msg, self.encode(msg)))
+
+    async def _serve_one(self, msg: Message) -> bool:
         """Serve one request. False: close the connection."""
-        d = self._daemon
-        match msg:
-            case Hello():
-                return await self._hello(msg)
-            case Launch():
-                await d.launch(self, msg)
-            case Claim():
-                await d.claim(self, msg)
-            case Release():
-                await d.release(self, msg)
-            case Signal():
-                await d.signal(self, msg)
-            case Collect():
-                await d.collect(self, msg)
-            case ListChildren():
-                await self.send(
-                    Children(
-                        req=msg.req,
-                        children=[c.info(foreground=msg.foreground) for c in d.children],
-                    )
-                )
-            case Peek():
-                await d.peek(self, msg)
-            case Resize():
-                await d.resize(self, msg)
-            case Shutdown():
-                await d.shutdown(self, msg)
-            case _:  # the codec admits only client messages
-                raise AssertionError(msg)
-        return True
-
-    async def _hello(self, msg: Hello) -> bool:
-        lo, hi = max(msg.min_version, MIN_PROTOCOL_VERSION), min(msg.max_version, PROTOCOL_VERSION)
-        if lo > hi:
-            await self.send(
-                Refused(
-                    reason=(
-                        f"no common protocol version: client speaks {msg.min_version}..{msg.max_version}, "
-                        f"daemon speaks {MIN_PROTOCOL_VERSION}..{PROTOCOL_VERSION}"
-                    ),
-                    min_version=MIN_PROTOCOL_VERSION,
-                    max_version=PROTOCOL_VERSION,
-                )
-            )
+        if self._intercept is not None and not await self._intercept.before(self, msg):
             return False
-        await self.send(
-            Welcome(
-                version=hi,
-                instance_id=self._daemon.instance_id,
-                pid=os.getpid(),
-                server=SERVER_NAME,
-                children=[c.info() for c in self._daemon.children] if msg.children else [],
-            )
-        )
-        self.ready = True
-        return True
+        await self._wait_room()
+        # From the core's decision to the queued frames: no checkpoint.
+        core = self._owner.core
+        try:
+            answer = core.handle(self, msg)
+        except Exception as exc:
+            # A bug must cost one request, never the daemon and the
+            # children of every other client.
+            log.exception("client %d: internal error serving %s", self.id, type(msg).__name__)
+            req = getattr(msg, "req", None)
+            answer = core.error(self, req, errno.EIO, f"internal error: {exc}")
+            answer.close = req is None
+        if self._intercept is not None:
+            answer = self._intercept.after(self, msg, answer)
+        if answer.shutdown:
+            await self._owner.end_children()
+        self._queue_answer(answer)
+        if answer.shutdown:
+            await self.flush()
+            self._owner.stop()
+        return not answer.close
+
+    async def read_until_closed(self, seen: Callable[[Message], None]) -> None:
+        """Read and drop everything until the client closes (a wedged
+        daemon, for the simulator), calling ``seen`` for each message.
+
+        Cancellation: what was read was dropped anyway.
+        """
+        try:
+            while True:
+                event = await self._framed.receive()
+                close_fds(event.fds)
+                seen(event.message)
+        except (ConnectionClosed, PeerProtocolError):
+            return

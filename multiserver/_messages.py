@@ -19,7 +19,10 @@ import attrs
 
 # 3: Hello.children. A version-2 client never sends it, so a version-3
 # daemon serves version 2 unchanged.
-PROTOCOL_VERSION = 3
+# 4: listings in pages (Children.last, Welcome.more) and ChildInfo.argv_omitted.
+# Each is left out of the body at its default, and a daemon sets none of them
+# for an older client, so version 2 and 3 peers see the frames they know.
+PROTOCOL_VERSION = 4
 MIN_PROTOCOL_VERSION = 2
 
 ChildState = Literal["running", "exited"]
@@ -53,6 +56,9 @@ class ChildInfo:
     fg_pid: int | None = None
     fg_cwd: str | None = None
     fg_argv: list[str] | None = None
+    # Version 4. Characters of argv left out of this answer (a listing is
+    # bounded; the child keeps its whole argv). 0: argv is whole.
+    argv_omitted: int = 0
 
 
 # --- handshake -------------------------------------------------------------
@@ -83,6 +89,9 @@ class Welcome:
     pid: int
     server: str
     children: list[ChildInfo]
+    # Version 4: the listing goes on in ``Children`` frames with ``req`` 0
+    # (the last one has ``last``), because it does not fit one frame.
+    more: bool = False
 
 
 @attrs.frozen
@@ -280,9 +289,13 @@ class Collected:
 
 @attrs.frozen
 class Children:
+    """A listing, or one page of it (version 4: pages until ``last``; ``req``
+    0 for the pages that follow a ``Welcome`` with ``more``)."""
+
     TYPE: ClassVar[int] = 36
     req: int
     children: list[ChildInfo]
+    last: bool = True
 
 
 @attrs.frozen

@@ -471,7 +471,7 @@ async def test_hello_may_ask_for_no_listing(
     sim: SimDaemon, autojump_clock: trio.testing.MockClock
 ) -> None:
     async with open_client(sim.socket_path, children=False) as client:
-        assert client.welcome.children == [] and client.version == 3
+        assert client.welcome.children == [] and client.version == PROTOCOL_VERSION
         # The children are there all the same: listing and claiming work.
         assert [c.id for c in await client.list()] == [1, 2]
         [claimed] = await client.claim([1])

@@ -14,7 +14,6 @@ from multiserver._buffer import OutputBuffer
 from multiserver._messages import ChildInfo
 
 if TYPE_CHECKING:
-    from multiserver.testing._connection import _SimConnection
     from multiserver.testing._daemon import SimDaemon
 
 # Above Linux's PID_MAX_LIMIT (2**22) and macOS's 99998: a fake pid can never
@@ -65,8 +64,7 @@ class SimChild:
         self.fg_cwd: str | None = None
         self.fg_argv: list[str] | None = None
         self._daemon = daemon
-        self._holder: _SimConnection | None = None
-        self._buffer = OutputBuffer(buffer_limit)
+        self.buffer = OutputBuffer(buffer_limit)  # the daemon's, as the real child's
         self._master = master
         self._side_sock = side  # the same socket: sync writes ...
         self._side = trio.socket.from_stdlib_socket(side)  # ... and awaited reads
@@ -79,17 +77,17 @@ class SimChild:
 
     @property
     def held(self) -> bool:
-        return self._holder is not None
+        return self._daemon._holder_number(self.id) is not None
 
     @property
     def holder(self) -> int | None:
         """The number of the connection that holds the child (1, 2, ...)."""
-        return None if self._holder is None else self._holder.number
+        return self._daemon._holder_number(self.id)
 
     @property
     def buffered(self) -> bytes:
         """Output written while nobody held the child, not yet handed over."""
-        return self._buffer.peek()[0]
+        return self.buffer.peek()[0]
 
     def write_output(self, data: bytes) -> None:
         """The child writes ``data`` to its terminal: into the buffer while
@@ -98,8 +96,8 @@ class SimChild:
         self._check_open()
         if not self.running:
             raise RuntimeError(f"child {self.id} has exited")
-        if self._holder is None:
-            self._buffer.append(data)
+        if not self.held:
+            self.buffer.append(data)
             return
         view = memoryview(data)
         while view:
@@ -135,6 +133,10 @@ class SimChild:
 
     def info(self, *, foreground: bool = False) -> ChildInfo:
         """What the daemon reports of this child."""
+        return self.describe(held=self.held, foreground=foreground)
+
+    def describe(self, *, held: bool, foreground: bool = False) -> ChildInfo:
+        """``info`` with ``held`` given (the request core knows it)."""
         show_fg = foreground and self.running
         return ChildInfo(
             id=self.id,
@@ -147,9 +149,9 @@ class SimChild:
             cols=self.cols,
             state="running" if self.running else "exited",
             exit_code=self.exit_code,
-            held=self.held,
-            buffered_bytes=len(self._buffer),
-            dropped_bytes=self._buffer.dropped,
+            held=held,
+            buffered_bytes=len(self.buffer),
+            dropped_bytes=self.buffer.dropped,
             started_at=self.started_at,
             exited_at=self.exited_at,
             linger=self.linger,
@@ -164,15 +166,14 @@ class SimChild:
         if self._closed:
             raise RuntimeError(f"child {self.id}: its daemon has stopped")
 
-    def _master_fd(self) -> int:
-        return self._master.fileno()
+    @property
+    def master(self) -> int | None:
+        """The daemon's end of the socketpair (None once closed)."""
+        return None if self._closed else self._master.fileno()
 
-    def _become_unheld(self) -> None:
-        """Nobody holds the child: take what the last holder left unread."""
-        self._holder = None
-        self._drain_master()
-
-    def _drain_master(self) -> None:
+    def read_available(self) -> None:
+        """Move what a holder left unread (or the exited child wrote) into
+        the buffer."""
         while True:
             try:
                 data = self._master.recv(65536, socket.MSG_DONTWAIT)
@@ -180,12 +181,7 @@ class SimChild:
                 return
             if not data:
                 return
-            self._buffer.append(data)
-
-    def _take_output(self, *, keep: bool) -> tuple[bytes, int]:
-        if not self.running:
-            self._drain_master()
-        return self._buffer.peek() if keep else self._buffer.take()
+            self.buffer.append(data)
 
     def _close_side(self) -> None:
         if self._side_open:

@@ -452,15 +452,15 @@ async def test_no_common_version_is_refused_clearly(daemon: RunningDaemon) -> No
 async def test_version_2_clients_are_served_and_version_3_may_skip_the_listing(
     daemon: RunningDaemon,
 ) -> None:
-    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 3)
+    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 4)
     async with open_client(daemon.paths) as client:
         launched = await client.launch(["sleep", "100"], hold=False)
         kid = launched.child.id
-        assert client.version == 3
+        assert client.version == PROTOCOL_VERSION
         async with open_client(daemon.paths) as listing:
             assert [c.id for c in listing.welcome.children] == [kid]
         async with open_client(daemon.paths, children=False) as quiet:
-            assert quiet.version == 3 and quiet.welcome.children == []
+            assert quiet.version == PROTOCOL_VERSION and quiet.welcome.children == []
             [claimed] = await quiet.claim([kid])  # the claim still answers for it
             assert claimed.ok and claimed.child is not None and claimed.child.id == kid
             close_fd(claimed.master)
