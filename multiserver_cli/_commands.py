@@ -249,9 +249,10 @@ async def cmd_ls(args: Namespace) -> int:
                 daemons=[daemon_label(s) for s, _, _, _ in rows] if several else None,
             )
         )
-    else:
+    elif not result.problems:
         print("no sessions", file=sys.stderr)
-    return 0
+    # A daemon that could not be read is not "no sessions": say so, and fail.
+    return 1 if result.problems else 0
 
 
 async def cmd_peek(args: Namespace) -> int:

@@ -1,0 +1,192 @@
+"""The daemon at its edges, each case as a hostile client or a careless user
+met it: an answer that spans frames while fds are reused under it, a claim at
+the fd limit or past the frame limit, argv too big to list. Real daemon, real
+PTYs; each test reproduces a failure that was seen (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import stat
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from multiserver import Client, RequestFailed, open_client
+from multiserver._messages import Claim, Peek, Peeked
+from tests.cli.conftest import ms
+from tests.conftest import MsDirs, RunningDaemon, fd_count, fd_links
+from tests.reliability._raw import RawConnection
+
+# The largest buffer a daemon may have (MAX_BUFFER_LIMIT).
+BIG = 8 * 1024 * 1024
+
+
+def is_pty_master(fd: int) -> bool:
+    st = os.fstat(fd)
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (5, 2)
+
+
+async def launch_many(client: Client, argv: list[str], n: int) -> list[int]:
+    ids = []
+    for _ in range(n):
+        ids.append((await client.launch(argv, hold=False)).child.id)
+    return ids
+
+
+async def wait_buffered(client: Client, ids: list[int], at_least: int) -> None:
+    async def enough() -> bool:
+        listed = {c.id: c.buffered_bytes for c in await client.list()}
+        return all(listed[i] >= at_least for i in ids)
+
+    with trio.fail_after(20):
+        while not await enough():
+            await trio.sleep(0.01)
+
+
+async def test_a_claim_across_frames_gets_only_pty_masters_while_fds_are_reused(
+    ms_dirs: MsDirs,
+    monkeypatch: pytest.MonkeyPatch,
+    start_daemon: Callable[[], Awaitable[RunningDaemon]],
+) -> None:
+    """Seen: 8 PTYs, then a dup of another connection's socket. The answer
+    to a claim of 300 children needs two Claimed frames. A client that does
+    not read lets the daemon's outbox fill: a peek of almost 8 MiB, then the
+    claim's first frame pass its high-water mark; meanwhile a child of the
+    second frame is collected and new connections take the lowest free fd
+    numbers."""
+    monkeypatch.setenv("MULTISERVER_BUFFER_LIMIT", str(BIG))
+    daemon = await start_daemon()
+    almost = BIG - 2000  # the peek alone stays under the high-water mark
+    async with open_client(daemon.paths) as setup:
+        [big] = await launch_many(
+            setup, ["sh", "-c", f"head -c {almost} /dev/zero | tr '\\0' x; exec cat"], 1
+        )
+        kids = await launch_many(setup, ["cat"], 300)
+        await wait_buffered(setup, [big], almost)
+        slow = RawConnection.connect(str(daemon.paths.socket))
+        try:
+            slow.hello()
+            slow.send(Peek(req=1, id=big))
+            slow.send(Claim(req=3, ids=kids))
+            victim = kids[280]  # in the second frame of the answer
+            await setup.signal(victim, 9)
+            with trio.fail_after(10):
+                while (await setup.peek(victim, 0)).child.state != "exited":
+                    await trio.sleep(0.01)
+            await setup.collect(victim)
+            newcomers = [RawConnection.connect(str(daemon.paths.socket)) for _ in range(20)]
+            try:
+                for raw in newcomers:
+                    raw.hello()
+                [peeked] = await trio.to_thread.run_sync(lambda: slow.replies(1, 1))
+                assert isinstance(peeked.message, Peeked)
+                parts = await trio.to_thread.run_sync(lambda: slow.claim_answer(3))
+            finally:
+                for raw in newcomers:
+                    raw.close()
+        finally:
+            slow.close()
+    try:
+        assert [p.part.id for p in parts] == kids
+        for p in parts:
+            if p.part.id == victim and p.fd is None:
+                assert p.part.errno == errno.ENOENT and p.part.message == f"no child {victim}"
+            else:
+                assert p.fd is not None and is_pty_master(p.fd), (p.part.id, p.fd)
+    finally:
+        for p in parts:
+            if p.fd is not None:
+                os.close(p.fd)
+
+
+def limit_leaving(pid: int, free: int) -> int:
+    """The RLIMIT_NOFILE under which process ``pid`` has exactly ``free``
+    fd numbers left."""
+    used = set(fd_links(pid))
+    limit = 0
+    while free > 0 or limit in used:
+        if limit not in used:
+            free -= 1
+        limit += 1
+    return limit
+
+
+async def test_a_claim_at_the_fd_limit_keeps_the_output_and_leaks_nothing(
+    daemon: RunningDaemon,
+) -> None:
+    """Seen: the buffers emptied, EIO, dropped_bytes 0; 13 fds leaked for good."""
+    async with open_client(daemon.paths) as client:
+        ids = await launch_many(client, ["sh", "-c", "echo out-$$; exec cat"], 20)
+        await wait_buffered(client, ids, 4)
+        before = {i: (await client.peek(i)).output for i in ids}
+        fds_before = fd_count(daemon.pid)
+        soft, hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (limit_leaving(daemon.pid, 5), hard))
+        try:
+            with pytest.raises(RequestFailed) as failed:
+                await client.claim(ids)
+            assert failed.value.errno == errno.EMFILE
+            assert "nothing was claimed and the output is kept" in failed.value.message
+            assert fd_count(daemon.pid) == fds_before  # the dups made were closed
+        finally:
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        listed = {c.id: c for c in await client.list()}
+        assert not any(listed[i].held for i in ids)
+        assert all(listed[i].dropped_bytes == 0 for i in ids)
+        results = await client.claim(ids)
+        try:
+            assert {r.id: r.output for r in results} == before
+            assert all(r.master is not None and is_pty_master(r.master) for r in results)
+        finally:
+            for r in results:
+                if r.master is not None:
+                    os.close(r.master)
+
+
+async def test_a_claim_past_the_frame_limit_is_refused_whole_and_keeps_the_output(
+    daemon: RunningDaemon,
+) -> None:
+    """Seen: a Claim of one real id and 200,000 unknown ones emptied the
+    child's buffer and answered EIO."""
+    async with open_client(daemon.paths) as client:
+        [kid] = await launch_many(client, ["sh", "-c", "echo precious; exec cat"], 1)
+        await wait_buffered(client, [kid], 8)
+        with pytest.raises(RequestFailed) as failed:
+            await client.claim([kid, *range(10_000, 210_000)])
+        assert failed.value.errno == errno.EINVAL
+        assert "at most 100000 in one request" in failed.value.message
+        peeked = await client.peek(kid)
+        assert b"precious" in peeked.output and not peeked.child.held
+        [result] = await client.claim([kid])
+        assert b"precious" in result.output
+        assert result.master is not None
+        os.close(result.master)
+
+
+async def test_ten_children_with_huge_argv_are_all_listed(
+    daemon: RunningDaemon, ms_dirs: MsDirs
+) -> None:
+    """Seen: every listing passed the frame limit; `ls` said "no sessions"
+    and exited 0, and new, peek, kill and stop failed."""
+    argv = ["sh", "-c", "read line", *(["a" * 100_000] * 18)]  # 1.8 MB each
+    async with open_client(daemon.paths) as client:
+        ids = await launch_many(client, argv, 10)
+        listed = await client.list()
+        assert [c.id for c in listed] == ids
+        for c in listed:
+            assert c.argv[:3] == argv[:3] and c.argv[-1].endswith("…")
+            assert sum(map(len, c.argv)) - 1 + c.argv_omitted == sum(map(len, argv))
+    out = await ms(ms_dirs, "ls", "--json")
+    assert out.returncode == 0
+    assert len(json.loads(out.stdout)) == 10
+    table = await ms(ms_dirs, "ls")
+    assert table.stdout.count(b"\n") == 11 and b"no sessions" not in table.stderr
+    launched = await ms(ms_dirs, "new", "-d", "-n", "after", "--", "cat")
+    assert launched.returncode == 0
+    # The child keeps its whole argv: what runs is what was asked for.
+    with open(f"/proc/{listed[0].pid}/cmdline", "rb") as f:
+        assert f.read().split(b"\0")[:-1] == [a.encode() for a in argv]
