@@ -31,7 +31,8 @@ Rules, all enforced here:
   more than 253).
 - fds belong to the frame whose first byte arrived in the same read. An fd
   that no frame claims, a frame that lacks its fds, or a read whose ancillary
-  data was truncated is a protocol error.
+  data was truncated is a protocol error. A daemon's codec refuses every fd
+  as it arrives: no client message carries any.
 - On any protocol error every fd the codec holds is closed, the codec is broken
   for good, and the error says what went wrong in one line.
 """
@@ -282,6 +283,12 @@ class Codec:
         self._accepts = CLIENT_MESSAGES if role == "daemon" else DAEMON_MESSAGES
         self._sends = DAEMON_MESSAGES if role == "daemon" else CLIENT_MESSAGES
         self._max_frame = max_frame
+        # No message a client sends carries fds: a daemon's codec refuses
+        # any at once, rather than queue them for a frame that may never
+        # complete (a peer could pin a thousand of the daemon's fds so).
+        self._max_queued_fds = (
+            MAX_QUEUED_FDS if any(MAX_FDS.get(cls, 0) for cls in self._accepts) else 0
+        )
         self._buf = bytearray()
         self._offset = 0  # stream offset of self._buf[0]
         self._batches: collections.deque[_FdBatch] = collections.deque()
@@ -304,6 +311,15 @@ class Codec:
     @property
     def buffered(self) -> int:
         return len(self._buf)
+
+    @property
+    def frame_size(self) -> int | None:
+        """The size its header declares for the frame at the head of the
+        buffer (None until the header is in)."""
+        if len(self._buf) < HEADER_SIZE:
+            return None
+        *_, body_len, blob_len = HEADER.unpack_from(self._buf)
+        return int(HEADER_SIZE + body_len + blob_len)
 
     def _fail(self, message: str, extra_fds: Sequence[int] = ()) -> ProtocolError:
         _close_all(extra_fds)
@@ -335,7 +351,11 @@ class Codec:
             raise self._fail("ancillary data truncated (MSG_CTRUNC): fds were lost")
         if fds and not data:
             raise self._fail("fds arrived without data")
-        if self.queued_fds > MAX_QUEUED_FDS:
+        if fds and not self._max_queued_fds:
+            raise self._fail(
+                f"{len(fds)} fds arrived; no message a {self._peer_role()} sends carries fds"
+            )
+        if self.queued_fds > self._max_queued_fds:
             raise self._fail(f"too many fds queued ({self.queued_fds})")
         self._buf += data
 

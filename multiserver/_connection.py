@@ -37,7 +37,7 @@ from multiserver._core import Answer, Reply, RequestCore
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._fds import OwnedFd, close_all
 from multiserver._messages import Error, Message
-from multiserver._wire import FramedSocket
+from multiserver._wire import FramedSocket, IntakeBudget
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -50,6 +50,9 @@ class Owner(Protocol):
 
     @property
     def core(self) -> RequestCore[Any]: ...
+
+    @property
+    def intake(self) -> IntakeBudget: ...
 
     def connection_gone(self, conn: ClientConnection) -> None: ...
 
@@ -96,7 +99,9 @@ class ClientConnection:
         self._owner = owner
         self._config = owner.config
         self._intercept = intercept
-        self._framed = FramedSocket(sock, Codec("daemon"))
+        self._framed = FramedSocket(
+            sock, Codec("daemon"), frame_timeout=self._config.frame_timeout, intake=owner.intake
+        )
         # Frames waiting for the writer (the head one may be part-sent).
         self._outbox: collections.deque[_Outgoing] = collections.deque()
         self._outbox_bytes = 0
@@ -224,11 +229,20 @@ class ClientConnection:
             )
             return
         try:
+            with trio.move_on_after(self._config.hello_timeout) as hello:
+                first = await self._framed.receive()
+            if hello.cancelled_caught:
+                log.info("client %d: no Hello within %g s", self.id, self._config.hello_timeout)
+                self._queue_error(
+                    errno.ETIMEDOUT, f"no Hello within {self._config.hello_timeout:g} s"
+                )
+                return
+            event = first
             while True:
-                event = await self._framed.receive()
-                close_fds(event.fds)  # no client message carries fds
+                close_fds(event.fds)  # no client message carries fds (the codec refuses them)
                 if not await self._serve_one(event.message):
                     return
+                event = await self._framed.receive()
         except ConnectionClosed:
             return
         except PeerProtocolError as exc:

@@ -114,10 +114,13 @@ class _Args:
     state_dir: Path | None
     buffer_limit: int
     idle_exit: float | None
+    frame_timeout: float
+    max_connections: int
 
     USAGE = (
         "usage: python -m multiserver --socket PATH --ready-fd N --lock-fd N"
         " [--state-dir DIR] [--buffer-limit BYTES] [--idle-exit SECONDS|never]"
+        " [--frame-timeout SECONDS] [--max-connections N]"
     )
 
     @classmethod
@@ -134,6 +137,8 @@ class _Args:
             "--state-dir",
             "--buffer-limit",
             "--idle-exit",
+            "--frame-timeout",
+            "--max-connections",
         }
         bad = [n for n in names if n not in known]
         if bad:
@@ -152,6 +157,8 @@ class _Args:
                 state_dir=Path(opts["--state-dir"]) if "--state-dir" in opts else None,
                 buffer_limit=int(opts.get("--buffer-limit", DaemonConfig().buffer_limit)),
                 idle_exit=None if idle == "never" else float(idle),
+                frame_timeout=float(opts.get("--frame-timeout", DaemonConfig().frame_timeout)),
+                max_connections=int(opts.get("--max-connections", DaemonConfig().max_connections)),
             )
         except ValueError as exc:
             raise ValueError(f"bad option value: {exc}") from None
@@ -180,7 +187,13 @@ def _daemonized(args: _Args) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         _setup_logging()
-        config = DaemonConfig(buffer_limit=args.buffer_limit, idle_exit=args.idle_exit)
+        config = DaemonConfig(
+            buffer_limit=args.buffer_limit,
+            idle_exit=args.idle_exit,
+            frame_timeout=args.frame_timeout,
+            hello_timeout=args.frame_timeout,
+            max_connections=args.max_connections,
+        )
     except Exception as exc:
         _report(ready_fd, f"E{exc}")
         os._exit(1)

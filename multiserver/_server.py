@@ -5,8 +5,10 @@ request (``_core.py``); each connection is a ``_connection.ClientConnection``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+import math
 import os
 import secrets
 import socket
@@ -14,9 +16,12 @@ import socket
 import trio
 
 from multiserver._children import Child, ChildTable
+from multiserver._codec import Codec
 from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
 from multiserver._core import RequestCore
+from multiserver._messages import Error
+from multiserver._wire import IntakeBudget
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -34,6 +39,9 @@ class Daemon:
         self._core: RequestCore[Child] | None = None
         self._changed = trio.Event()
         self._stop = trio.Event()
+        self.intake = IntakeBudget(config.intake_limit, config.intake_free)
+        self._refused = 0  # connections refused at the cap since the last log line
+        self._refused_logged = -math.inf
 
     @property
     def children(self) -> ChildTable:
@@ -107,11 +115,31 @@ class Daemon:
                     await trio.sleep(0.1)
                     continue
                 raise
+            if len(self._clients) >= self.config.max_connections:
+                nursery.start_soon(self._refuse, sock)
+                continue
             conn = ClientConnection(self, sock)
             self._clients.add(conn)
             self.core.connect(conn)
             self._on_change()
             nursery.start_soon(conn.serve)
+
+    async def _refuse(self, sock: trio.socket.SocketType) -> None:
+        """One connection past the cap: one line of why, then close. Logged
+        at most once a second, with how many were refused meanwhile."""
+        self._refused += 1
+        now = trio.current_time()
+        if now - self._refused_logged >= 1.0:
+            log.warning(
+                "refused %d connection(s): %d open, the most allowed (max_connections)",
+                self._refused,
+                len(self._clients),
+            )
+            self._refused, self._refused_logged = 0, now
+        text = f"too many connections ({len(self._clients)} open); try again later"
+        frame = Codec("daemon").send(Error(req=None, errno=errno.EUSERS, message=text))
+        with sock, trio.move_on_after(1.0), contextlib.suppress(OSError):
+            await sock.send(frame)
 
     async def _idle_watch(self) -> None:
         assert self.config.idle_exit is not None

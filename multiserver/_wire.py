@@ -1,11 +1,18 @@
 """Frames over a Unix stream socket, with fds: the only place that calls
 ``sendmsg`` / ``recvmsg``. Every read is a ``recvmsg`` with room for the
 largest batch of fds, so the kernel never drops fds silently; received fds are
-close-on-exec."""
+close-on-exec.
+
+What a daemon reads is bounded (``frame_timeout``, ``IntakeBudget``): a frame
+must be whole soon after its first byte, and the memory that incomplete
+frames take grows with the bytes received, within one budget for all
+connections; past it, a connection is not read (its bytes wait in the
+kernel) until there is room again."""
 
 from __future__ import annotations
 
 import array
+import math
 import os
 import socket
 from collections.abc import Sequence
@@ -35,6 +42,42 @@ def _unpack_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
+class IntakeBudget:
+    """Bytes of incomplete frames a daemon may hold, over all its connections.
+
+    Each connection may hold ``free`` bytes of incomplete frames on its own
+    (every ordinary request fits). A frame larger than that reserves its
+    declared size from ``limit``, shared, before its body is read; the bytes
+    themselves are allocated only as they arrive. A connection that finds no
+    room does not read (its bytes wait in the kernel) until another gives
+    its reservation back, and its frame's clock keeps running. Reserving a
+    whole frame at once means two large frames can never each hold half the
+    budget and wait for the other.
+    """
+
+    def __init__(self, limit: int, free: int) -> None:
+        self.limit = limit
+        self.free = free
+        self.used = 0
+        self._freed = trio.Event()
+
+    def room(self) -> int:
+        return max(0, self.limit - self.used)
+
+    def adjust(self, delta: int) -> None:
+        self.used += delta
+        if delta < 0:
+            self._freed.set()
+            self._freed = trio.Event()
+
+    async def wait_room(self) -> None:
+        """Wait until some connection gives bytes back.
+
+        Cancellation: nothing happened.
+        """
+        await self._freed.wait()
+
+
 class FramedSocket:
     """A socket plus its codec. One task reads, one task writes (or a lock).
     It takes the socket's fd over from trio's wrapper (one fd per
@@ -49,13 +92,26 @@ class FramedSocket:
 
     FAIR_EVERY = 32
 
-    def __init__(self, sock: trio.socket.SocketType, codec: Codec) -> None:
+    def __init__(
+        self,
+        sock: trio.socket.SocketType,
+        codec: Codec,
+        *,
+        frame_timeout: float | None = None,
+        intake: IntakeBudget | None = None,
+    ) -> None:
         self.codec = codec
         self._eof = False
         # The stdlib socket, used without trio's wrapper (which is left empty).
         self._raw = socket.socket(fileno=sock.detach())
         self._raw.setblocking(False)
         self._unyielded = 0
+        self._frame_timeout = frame_timeout
+        self._intake = intake
+        self._charged = 0  # bytes reserved from the intake budget
+        # When the first byte of the incomplete frame in the codec arrived
+        # (trio time); None while the codec holds no partial frame.
+        self._partial_since: float | None = None
 
     async def _fair(self) -> None:
         self._unyielded += 1
@@ -63,19 +119,63 @@ class FramedSocket:
             self._unyielded = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def _receive_chunk(self) -> tuple[bytes, list[int], bool] | None:
+    def _receive_chunk(self, size: int) -> tuple[bytes, list[int], bool] | None:
         """One non-blocking ``recvmsg``, or None if nothing is there."""
         try:
-            data, ancdata, flags, _ = self._raw.recvmsg(RECV_SIZE, _ANCILLARY, _CLOEXEC_FLAG)
+            data, ancdata, flags, _ = self._raw.recvmsg(size, _ANCILLARY, _CLOEXEC_FLAG)
         except BlockingIOError:
             return None
         except OSError as exc:
             raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
         return data, _unpack_fds(ancdata), bool(flags & socket.MSG_CTRUNC)
 
+    def _read_size(self) -> int:
+        """How much one read may take (0: none, until the budget has room).
+        A frame larger than the connection's own allowance first reserves
+        its declared size."""
+        if self._intake is None:
+            return RECV_SIZE
+        allowed = self._intake.free + self._charged - self.codec.buffered
+        if allowed <= 0:
+            need = max(0, (self.codec.frame_size or 0) - self._intake.free) - self._charged
+            if 0 < need <= self._intake.room():
+                self._intake.adjust(need)
+                self._charged += need
+                allowed += need
+        return max(0, min(RECV_SIZE, allowed))
+
+    def _account(self) -> None:
+        """After a frame was parsed: give back what it reserved (bytes of the
+        next frame already read stay charged), and start the clock of the
+        next frame if its first bytes are in."""
+        buffered = self.codec.buffered
+        if self._intake is not None:
+            charge = max(0, buffered - self._intake.free)
+            self._intake.adjust(charge - self._charged)
+            self._charged = charge
+        self._partial_since = trio.current_time() if buffered else None
+
+    async def _wait_for_data(self) -> None:
+        """Wait until the socket is readable and the budget has room; a peer
+        that leaves a frame incomplete past ``frame_timeout`` is dropped."""
+        deadline = math.inf
+        if self._frame_timeout is not None and self._partial_since is not None:
+            deadline = self._partial_since + self._frame_timeout
+        with trio.move_on_at(deadline) as scope:
+            while self._read_size() == 0:
+                assert self._intake is not None
+                await self._intake.wait_room()
+            await trio.lowlevel.wait_readable(self._raw)
+        if scope.cancelled_caught:
+            self.codec.close()
+            raise PeerProtocolError(
+                f"a frame was not completed within {self._frame_timeout:g} s of its first byte"
+            )
+
     async def receive(self) -> Event:
         """The next event. Raises ConnectionClosed on EOF, PeerProtocolError
-        (after closing every fd of the bad frame) on a protocol error.
+        (after closing every fd of the bad frame) on a protocol error or a
+        frame left incomplete past ``frame_timeout``.
 
         Cancellation: nothing is lost; bytes and fds already read stay in the
         codec for the next call.
@@ -88,14 +188,16 @@ class FramedSocket:
                 raise PeerProtocolError(str(exc)) from exc
             if event is not NEED_DATA:
                 assert isinstance(event, Event)
+                self._account()
                 await self._fair()
                 return event
             if self._eof:
                 raise ConnectionClosed("connection closed by peer")
-            chunk = self._receive_chunk()
+            size = self._read_size()
+            chunk = self._receive_chunk(size) if size else None
             if chunk is None:
                 self._unyielded = 0
-                await trio.lowlevel.wait_readable(self._raw)
+                await self._wait_for_data()
                 continue
             data, fds, truncated = chunk
             if not data and not fds:
@@ -108,6 +210,8 @@ class FramedSocket:
                 self.codec.receive_data(data, fds, truncated=truncated)
             except ProtocolError as exc:
                 raise PeerProtocolError(str(exc)) from exc
+            if self._partial_since is None:
+                self._partial_since = trio.current_time()
 
     async def send_frame(self, frame: bytes, fds: Sequence[int] = ()) -> None:
         """Send a whole encoded frame; the fds (still the caller's) go with
@@ -144,6 +248,9 @@ class FramedSocket:
 
     def close(self) -> None:
         self.codec.close()
+        if self._intake is not None:
+            self._intake.adjust(-self._charged)
+            self._charged = 0
         if self._raw.fileno() >= 0:
             trio.lowlevel.notify_closing(self._raw)
             self._raw.close()
@@ -153,4 +260,4 @@ class FramedSocket:
         return self._raw.fileno()
 
 
-__all__ = ["FramedSocket"]
+__all__ = ["FramedSocket", "IntakeBudget"]

@@ -21,6 +21,7 @@ from multiserver._core import LaunchError, RequestCore, launch_problem
 from multiserver._messages import Launch, Message
 from multiserver._paths import ensure_private_dir, fits_sun_path
 from multiserver._server import bind_listener
+from multiserver._wire import IntakeBudget
 from multiserver.testing._behavior import Behavior
 from multiserver.testing._children import SimChild, _fake_pids
 from multiserver.testing._intercept import BehaviorIntercept
@@ -137,6 +138,7 @@ class SimDaemon:
         self.missing_commands = frozenset(missing_commands)
         self.received: list[Message] = []  # every message read, in order
         self.config = DaemonConfig(buffer_limit=buffer_limit)
+        self.intake = IntakeBudget(self.config.intake_limit, self.config.intake_free)
         self._behavior = behavior or Behavior()
         self._host = _SimHost(self, buffer_limit)
         self.core = RequestCore(

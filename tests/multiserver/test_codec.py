@@ -505,7 +505,7 @@ def test_daemon_refuses_a_daemon_message(pipes: Pipes) -> None:
     frame = Codec("daemon").send(
         Welcome(version=1, instance_id="i", pid=1, server="s", children=[])
     )
-    fds = pipes.make(1)
+    fds = pipes.make(0)  # a daemon refuses fds first: see below
     assert_broken(
         daemon, lambda: feed(daemon, frame, fds), "Welcome may not be sent by a client", fds, pipes
     )
@@ -523,14 +523,14 @@ def test_client_refuses_a_client_message(pipes: Pipes) -> None:
 @pytest.mark.parametrize("garbage", [b"XS" + bytes(14), b"GET / HTTP/1.1\r\n", b"X", b"M\x00"])
 def test_bad_magic(garbage: bytes, pipes: Pipes) -> None:
     daemon = Codec("daemon")
-    fds = pipes.make(1)
+    fds = pipes.make(0)  # a daemon refuses fds first: see below
     assert_broken(daemon, lambda: feed(daemon, garbage, fds), "bad magic", fds, pipes)
 
 
 def test_bad_magic_is_seen_before_a_whole_header_arrives(pipes: Pipes) -> None:
     daemon = Codec("daemon")
     assert feed(daemon, b"M") == []
-    fds = pipes.make(1)
+    fds = pipes.make(0)  # a daemon refuses fds first: see below
     assert_broken(daemon, lambda: feed(daemon, b"Z", fds), "bad magic", fds, pipes)
 
 
@@ -566,7 +566,7 @@ def test_handshake_frames_are_read_whatever_their_header_version() -> None:
 
 def test_hello_sent_twice(pipes: Pipes) -> None:
     _, daemon = connected()
-    fds = pipes.make(1)
+    fds = pipes.make(0)  # a daemon refuses fds first: see below
     frame = Codec("client").send(Hello(min_version=1, max_version=1))
     assert_broken(daemon, lambda: feed(daemon, frame, fds), "^Hello sent twice$", fds, pipes)
 
@@ -595,7 +595,7 @@ def test_handshake_reply_after_the_handshake(msg: Message, pipes: Pipes) -> None
 def test_daemon_wants_hello_first(pipes: Pipes) -> None:
     daemon = Codec("daemon")
     frame = raw_frame(Launch.TYPE, {"req": 1, "argv": ["sh"], "env": {}, "cwd": "/"})
-    fds = pipes.make(1)
+    fds = pipes.make(0)  # a daemon refuses fds first: see below
     assert_broken(
         daemon, lambda: feed(daemon, frame, fds), "^expected Hello first, got Launch$", fds, pipes
     )
@@ -824,10 +824,17 @@ def test_message_that_may_not_carry_fds(pipes: Pipes) -> None:
 
 def test_client_messages_never_carry_fds(pipes: Pipes) -> None:
     _, daemon = connected()
-    fds = pipes.make(1)
     frame = raw_frame(Collect.TYPE, {"req": 1, "id": 1}, nfds=1)
+    assert_broken(daemon, lambda: feed(daemon, frame), "^Collect may not carry 1 fds$", [], pipes)
+    # With the fds: refused as they arrive, before the frame is read, and closed.
+    _, other = connected()
+    fds = pipes.make(1)
     assert_broken(
-        daemon, lambda: feed(daemon, frame, fds), "^Collect may not carry 1 fds$", fds, pipes
+        other,
+        lambda: feed(other, frame[:3], fds),
+        "^1 fds arrived; no message a client sends carries fds$",
+        fds,
+        pipes,
     )
 
 

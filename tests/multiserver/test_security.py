@@ -359,7 +359,7 @@ ABUSE = [
         True,
         frame(LIST, LIST_BODY),
         True,
-        "1 fds arrived that no frame announced",
+        "1 fds arrived; no message a client sends carries fds",
     ),
     ("unknown-type", True, frame(999, b"{}"), False, "unknown message type 999"),
     (

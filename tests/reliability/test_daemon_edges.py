@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import resource
+import socket
 import stat
 from collections.abc import Awaitable, Callable
 
@@ -16,9 +17,26 @@ import pytest
 import trio
 
 from multiserver import Client, RequestFailed, open_client
-from multiserver._messages import Claim, Peek, Peeked
+from multiserver._codec import HEADER, MAGIC, MAX_FRAME, Codec
+from multiserver._messages import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    Claim,
+    Hello,
+    Launch,
+    ListChildren,
+    Peek,
+    Peeked,
+)
 from tests.cli.conftest import ms
-from tests.conftest import MsDirs, RunningDaemon, fd_count, fd_links
+from tests.conftest import (
+    MsDirs,
+    RunningDaemon,
+    connected_clients,
+    fd_count,
+    fd_links,
+    proc_status,
+)
 from tests.reliability._raw import RawConnection
 
 # The largest buffer a daemon may have (MAX_BUFFER_LIMIT).
@@ -190,3 +208,178 @@ async def test_ten_children_with_huge_argv_are_all_listed(
     # The child keeps its whole argv: what runs is what was asked for.
     with open(f"/proc/{listed[0].pid}/cmdline", "rb") as f:
         assert f.read().split(b"\0")[:-1] == [a.encode() for a in argv]
+
+
+# --- what clients send: bounded in time, memory and fds ------------------------------
+
+
+def vm_kib(pid: int, field: str) -> int:
+    return int(proc_status(pid)[field].split()[0])
+
+
+async def stalled_frame(path: str, body_len: int, sent: list[int]) -> float:
+    """Say hello, then send all but the last byte of a Launch frame of
+    ``body_len`` bytes of body; return how long after its first byte the
+    daemon hung up."""
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with sock:
+        await sock.connect(path)
+        await sock.send(
+            Codec("client").send(
+                Hello(min_version=MIN_PROTOCOL_VERSION, max_version=PROTOCOL_VERSION)
+            )
+        )
+        header = HEADER.pack(MAGIC, PROTOCOL_VERSION, Launch.TYPE, 0, body_len, 0)
+        data = memoryview(header + b" " * (body_len - 1))
+        t0 = trio.current_time()
+        try:
+            while data:
+                n = await sock.send(data[: 1 << 20])
+                sent[0] += n
+                data = data[n:]
+            await sock.recv(1 << 16)  # the welcome, then nothing until the daemon hangs up
+            while await sock.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+        return trio.current_time() - t0
+
+
+async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_deadline(
+    ms_dirs: MsDirs,
+    monkeypatch: pytest.MonkeyPatch,
+    start_daemon: Callable[[], Awaitable[RunningDaemon]],
+) -> None:
+    """Seen: 30 connections sending all but the last bytes of a 16 MiB frame
+    took the daemon from 30 to 528 MB, for as long as they stayed."""
+    monkeypatch.setenv("MULTISERVER_FRAME_TIMEOUT", "3")
+    daemon = await start_daemon()
+    sent = [0]
+    body = MAX_FRAME - HEADER.size
+    times: list[float] = []
+
+    async def one() -> None:
+        times.append(await stalled_frame(str(daemon.paths.socket), body, sent))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(30):
+            nursery.start_soon(one)
+        # Meanwhile an ordinary client is served at once.
+        with trio.fail_after(2):
+            async with open_client(daemon.paths) as client:
+                launched = await client.launch(["cat"], hold=False)
+                assert [c.id for c in await client.list()] == [launched.child.id]
+    peak = vm_kib(daemon.pid, "VmHWM")
+    assert len(times) == 30
+    assert peak < 64 * 1024, f"daemon peaked at {peak} KiB"
+    assert max(times) < 3 + 5, times  # dropped at the deadline, not held
+    assert min(times) >= 2.5, times
+    assert sent[0] > 16 * 1024 * 1024  # the daemon did read a frame's worth
+
+
+async def test_a_partial_frame_with_fds_is_dropped_and_its_fds_closed(
+    daemon: RunningDaemon,
+) -> None:
+    """Seen: fds sent with the first bytes of a frame that never completes
+    pinned 1,012 of the daemon's fds, then `new` failed for everyone."""
+    with trio.fail_after(5):  # the fixture's own connection is gone
+        while connected_clients(daemon.pid, daemon.paths.socket):
+            await trio.sleep(0.01)
+    before = fd_count(daemon.pid)
+    pipes = [os.pipe() for _ in range(40)]
+    raw = RawConnection.connect(str(daemon.paths.socket))
+    try:
+        raw.hello()
+        for i in range(0, 40, 10):
+            raw.send_raw(b"MS", [r for r, _ in pipes[i : i + 10]], may_break=True)
+        answer = await trio.to_thread.run_sync(raw.until_closed)
+        assert [type(m).__name__ for m in answer] == ["Error"]
+        assert "no message a client sends carries fds" in answer[0].message  # type: ignore[union-attr]
+    finally:
+        raw.close()
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+    with trio.fail_after(5):
+        while fd_count(daemon.pid) != before:
+            await trio.sleep(0.01)
+    async with open_client(daemon.paths) as client:  # and everyone else is served
+        assert (await client.launch(["cat"], hold=False)).child.state == "running"
+
+
+async def test_a_frame_sent_a_byte_at_a_time_is_dropped_at_the_deadline(
+    ms_dirs: MsDirs,
+    monkeypatch: pytest.MonkeyPatch,
+    start_daemon: Callable[[], Awaitable[RunningDaemon]],
+) -> None:
+    """Seen: one byte every 2 s kept a connection forever."""
+    monkeypatch.setenv("MULTISERVER_FRAME_TIMEOUT", "1.5")
+    daemon = await start_daemon()
+    raw = RawConnection.connect(str(daemon.paths.socket))
+    try:
+        raw.hello()
+        frame = HEADER.pack(MAGIC, PROTOCOL_VERSION, ListChildren.TYPE, 0, 300, 0) + b" " * 300
+        t0 = trio.current_time()
+        dropped = None
+        for byte in frame:
+            try:
+                raw.send_raw(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                dropped = trio.current_time() - t0
+                break
+            await trio.sleep(0.25)
+        answer = await trio.to_thread.run_sync(raw.until_closed)
+    finally:
+        raw.close()
+    assert dropped is not None and 1.5 <= dropped < 4
+    assert "not completed within 1.5 s" in answer[0].message  # type: ignore[union-attr]
+
+
+async def test_a_connection_that_never_says_hello_is_dropped(
+    ms_dirs: MsDirs,
+    monkeypatch: pytest.MonkeyPatch,
+    start_daemon: Callable[[], Awaitable[RunningDaemon]],
+) -> None:
+    monkeypatch.setenv("MULTISERVER_FRAME_TIMEOUT", "1")
+    daemon = await start_daemon()
+    raw = RawConnection.connect(str(daemon.paths.socket))
+    try:
+        t0 = trio.current_time()
+        answer = await trio.to_thread.run_sync(raw.until_closed)
+        took = trio.current_time() - t0
+    finally:
+        raw.close()
+    assert 1 <= took < 4
+    assert [(m.errno, m.message) for m in answer] == [  # type: ignore[union-attr]
+        (errno.ETIMEDOUT, "no Hello within 1 s")
+    ]
+
+
+async def test_connections_past_the_cap_get_one_line_and_the_rest_are_served(
+    ms_dirs: MsDirs,
+    monkeypatch: pytest.MonkeyPatch,
+    start_daemon: Callable[[], Awaitable[RunningDaemon]],
+) -> None:
+    monkeypatch.setenv("MULTISERVER_MAX_CONNECTIONS", "5")
+    daemon = await start_daemon()
+    held = [RawConnection.connect(str(daemon.paths.socket)) for _ in range(5)]
+    try:
+        for raw in held:
+            raw.hello()
+        with pytest.raises(RequestFailed) as refused:
+            async with open_client(daemon.paths.socket):
+                pass
+        assert refused.value.errno == errno.EUSERS
+        assert refused.value.message == "too many connections (5 open); try again later"
+        held.pop().close()
+        with trio.fail_after(5):
+            while True:  # the daemon notices the close on its own time
+                try:
+                    async with open_client(daemon.paths.socket) as client:
+                        assert client.version == PROTOCOL_VERSION
+                        break
+                except RequestFailed:
+                    await trio.sleep(0.01)
+    finally:
+        for raw in held:
+            raw.close()
