@@ -70,8 +70,7 @@ async def cmd_restore(args: Namespace) -> int:
         daemons = len({leaf.ref.socket for leaf in arrangement.leaves() if leaf.ref is not None})
         if not args.json:
             print(
-                f"restoring {total} session(s) of {daemons} daemon(s),"
-                f" waiting up to {args.timeout:g} s for them",
+                f"restoring {total} session(s) of {daemons} daemon(s) within {args.timeout:g} s",
                 file=sys.stderr,
             )
 

@@ -24,7 +24,7 @@ from restore._model import (
     bounded_scrollback,
 )
 from restore._partial import DaemonAttachment, PhaseResult
-from restore._plan import OUTCOMES, Options, Outcome
+from restore._plan import ATTACH_SHARE, OUTCOMES, Options, Outcome
 from restore._restore import RestoreResult, close_late, release_claims, restore_arrangement
 from restore._store import (
     ArrangementStore,
@@ -35,6 +35,7 @@ from restore._store import (
 )
 
 __all__ = [
+    "ATTACH_SHARE",
     "OUTCOMES",
     "SCROLLBACK_LIMIT",
     "Arrangement",

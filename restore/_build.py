@@ -3,6 +3,11 @@ leaf gets exactly one outcome (see ``_plan``), decided synchronously from what
 the phase delivered; then the side effects run: collect ended children,
 relaunch on a live daemon (never the wedged one), and keep the saved
 arrangement current in one transaction per change.
+
+Everything that waits for a daemon here (a collect, starting the relaunch
+daemon, each launch) waits until the restore's one deadline, never for a
+timeout of its own: what the deadline leaves undone is said in the
+session's detail. Store writes are not bounded by it (see ``_save``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from restore._plan import (
     Options,
     Outcome,
     Plan,
+    RestoreDeadline,
     decide_claimed,
     decide_gone,
     decide_timed_out,
@@ -63,14 +69,19 @@ class _Pending:
     waited: float = 0.0  # until its daemon answered (or the phase resolved)
 
 
-def decide_all(plan: Plan, phase: PhaseResult, timeout: float, options: Options) -> list[_Pending]:
-    """Every leaf of the plan, with its decision (pure)."""
+def decide_all(
+    plan: Plan, phase: PhaseResult, attach_seconds: float, options: Options
+) -> list[_Pending]:
+    """Every leaf of the plan, with its decision (pure). ``attach_seconds``:
+    how long the phase waited for the daemons that did not answer."""
     out: list[_Pending] = [
         _Pending(leaf, decide_gone("never started", options), "") for leaf in plan.unreferenced
     ]
     for target in phase.timed_out:
         out += [
-            _Pending(leaf, decide_timed_out(timeout, options), target.socket, None, phase.elapsed)
+            _Pending(
+                leaf, decide_timed_out(attach_seconds, options), target.socket, None, phase.elapsed
+            )
             for leaf in target.leaves
         ]
     for socket, att in phase.attachments.items():
@@ -108,7 +119,7 @@ async def build_sessions(
     plan: Plan,
     phase: PhaseResult,
     *,
-    timeout: float,
+    deadline: RestoreDeadline,
     options: Options,
     nursery: trio.Nursery,
     store: ArrangementStore | None,
@@ -121,19 +132,34 @@ async def build_sessions(
     shows them); else they are launched detached. Claimed fds of attached
     sessions are handed over either way (close them if unused).
 
+    ``deadline``: collects, starting the relaunch daemon and the launches
+    wait until ``deadline.end`` and no longer. Past it, every session not yet
+    built still gets its outcome, at once: a relaunch not done is ``failed``
+    ("relaunch not done: the restore deadline (T s) passed"), an ended
+    child not collected stays ``ended`` (the daemon keeps it until a sweep
+    collects it).
+
     Cancellation: sessions already relaunched stay running (and saved);
     the fds of the sessions built so far are closed (they were never
     returned) and the relaunch connection too, which gives those children
     back to their daemon; fds not yet handed over are closed by their
     attachments' owners.
+
+    The deadline is no cancellation of the build, only of the answer it
+    waits for. A launch it cut off may have started its child: that child
+    is the daemon's and keeps running, unsaved (held by the relaunch
+    connection until that closes, then detached, until a sweep adopts it as
+    an orphan; the daemon knows it by the session's name). That session is
+    ``failed``, says so, names the relaunch daemon, and its saved leaf is
+    left as it was (its earlier ref), never half-written.
     """
-    pending = decide_all(plan, phase, timeout, options)
+    pending = decide_all(plan, phase, deadline.attach_seconds, options)
     avoid = {t.socket for t in phase.timed_out}
-    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, timeout)
+    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline)
     results: list[RestoredSession] = []
     try:
         for p in pending:
-            session = await _carry_out(p, relauncher, store, hold)
+            session = await _carry_out(p, relauncher, store, hold, deadline)
             results.append(session)
             if progress is not None:
                 progress(session)
@@ -151,7 +177,11 @@ async def build_sessions(
 
 
 async def _carry_out(
-    p: _Pending, relauncher: _Relauncher, store: ArrangementStore | None, hold: bool
+    p: _Pending,
+    relauncher: _Relauncher,
+    store: ArrangementStore | None,
+    hold: bool,
+    deadline: RestoreDeadline,
 ) -> RestoredSession:
     t0 = trio.current_time()
     d, leaf, att = p.decision, p.leaf, p.attachment
@@ -170,13 +200,25 @@ async def _carry_out(
         result = att.claimed[leaf.name]
         assert result.child is not None
         session.exit_code = result.child.exit_code
-        with contextlib.suppress(MultiserverError):
+        with trio.move_on_at(deadline.end) as scope, contextlib.suppress(MultiserverError):
             await att.client.collect(result.child.id)
+        if scope.cancelled_caught:
+            session.detail += (
+                f"; not collected by the restore deadline ({deadline.seconds:g} s):"
+                " the daemon keeps it until a sweep collects it"
+            )
     if d.close and store is not None:
         await _save(session, _durable_close, store, leaf.name)
     if d.relaunch:
         try:
             launched_leaf, master, client = await relauncher.launch(leaf, hold=hold)
+        except _CutOff as exc:
+            # Its child may run on the relaunch daemon: that is where to look.
+            session.outcome, session.daemon = "failed", str(relauncher.paths.socket)
+            session.detail = f"{d.detail}; {exc}"
+        except _NotDone as exc:
+            session.outcome = "failed"
+            session.detail = f"{d.detail}; {exc}"
         except MultiserverError as exc:
             session.outcome = "failed"
             session.detail = f"{d.detail}; relaunch failed: {exc}"
@@ -208,28 +250,51 @@ def _durable_close(store: ArrangementStore, name: str) -> None:
     store.complete_close(name)
 
 
+class _NotDone(Exception):
+    """A relaunch the restore's deadline left no time for: nothing was
+    asked of the relaunch daemon. The message is the whole reason."""
+
+
+class _CutOff(_NotDone):
+    """A launch the restore's deadline cut off after it was asked for: the
+    daemon may have started the child."""
+
+
 class _Relauncher:
     """One connection to the daemon that relaunched sessions start on,
-    started on first use; a failure to reach it is remembered."""
+    started on first use; a failure to reach it is remembered, so it is
+    waited for once, not once per session. Starting it and every launch
+    wait until the restore's deadline, which they share."""
 
-    def __init__(self, paths: DaemonPaths, nursery: trio.Nursery, timeout: float) -> None:
+    def __init__(
+        self, paths: DaemonPaths, nursery: trio.Nursery, deadline: RestoreDeadline
+    ) -> None:
         self.paths = paths
         self._nursery = nursery
-        self._timeout = timeout
+        self._deadline = deadline
         self._client: Client | None = None
-        self._error: MultiserverError | None = None
+        self._error: Exception | None = None
         self._used = False
+
+    def _check_time(self) -> None:
+        if trio.current_time() >= self._deadline.end:
+            raise _NotDone(
+                f"relaunch not done: the restore deadline ({self._deadline.seconds:g} s) passed"
+            )
 
     async def _get(self) -> Client:
         if self._error is not None:
             raise self._error
+        self._check_time()
         if self._client is None:
             try:
-                with trio.fail_after(self._timeout):
+                with trio.fail_at(self._deadline.end):
                     self._client = await dial(self.paths, start=True)
             except trio.TooSlowError:
-                self._error = MultiserverError(
-                    f"daemon {self.paths.socket} did not start within {self._timeout:g} s"
+                # A daemon it started keeps running (dial's cancellation).
+                self._error = _NotDone(
+                    f"relaunch not done: daemon {self.paths.socket} did not start"
+                    f" by the restore deadline ({self._deadline.seconds:g} s)"
                 )
                 raise self._error from None
             except MultiserverError as exc:
@@ -244,7 +309,7 @@ class _Relauncher:
         client = await self._get()
         cwd = leaf.cwd if os.path.isdir(leaf.cwd) else os.path.expanduser("~")
         try:
-            with trio.fail_after(self._timeout):
+            with trio.fail_at(self._deadline.end):
                 launched = await client.launch(
                     leaf.argv,
                     env=dict(os.environ),
@@ -255,9 +320,12 @@ class _Relauncher:
                     hold=hold,
                 )
         except trio.TooSlowError:
-            # A daemon that stops answering is waited for once, not once per session.
-            self._error = MultiserverError(f"launch did not answer within {self._timeout:g} s")
-            raise self._error from None
+            # Its answer, if it comes, is dropped (the fd closed) by the
+            # client; nothing here knows the child's id to save it.
+            raise _CutOff(
+                f"relaunch cut off by the restore deadline ({self._deadline.seconds:g} s):"
+                f" the daemon may have started it as {leaf.name!r}, unsaved (a sweep adopts it)"
+            ) from None
         except RequestFailed as exc:
             raise MultiserverError(exc.message) from None
         self._used = True  # a session holds the client now: the caller closes it

@@ -1,8 +1,9 @@
 """The partial attach phase: before any session is built, contact every daemon
 the arrangement names, concurrently, and claim its matched children in one
-request each, under one deadline for the whole phase.
+request each, under one deadline for the whole phase (an absolute time: the
+part of the restore's deadline the phase may use).
 
-    phase.run(nursery, timeout)
+    phase.run(nursery, attach_by)
       |-- partial_attach(daemon A) --> delivered before the deadline -> result
       |-- partial_attach(daemon B) --> delivered before the deadline -> result
       '-- partial_attach(daemon C, wedged) ....... (deadline) -> timed out
@@ -143,11 +144,12 @@ class PartialAttachPhase:
     def resolved(self) -> bool:
         return self._resolved
 
-    async def run(self, nursery: trio.Nursery, timeout: float) -> PhaseResult:
+    async def run(self, nursery: trio.Nursery, deadline: float) -> PhaseResult:
         """Start every partial attach in ``nursery`` and return once all have
-        arrived or ``timeout`` has passed, whichever is first. Attaches still
-        running go on in ``nursery``; each is handed to ``on_late`` when it
-        completes (cancel the nursery to abandon them).
+        arrived or trio's clock reaches ``deadline`` (an absolute time),
+        whichever is first. Attaches still running go on in ``nursery``;
+        each is handed to ``on_late`` when it completes (cancel the nursery
+        to abandon them).
 
         Cancellation: attachments that arrived are closed; running attaches
         are left to ``nursery``'s cancellation.
@@ -158,7 +160,7 @@ class PartialAttachPhase:
         if not self._plan.targets:
             self._all_done.set()
         try:
-            with trio.move_on_after(timeout):
+            with trio.move_on_at(deadline):
                 await self._all_done.wait()
         except BaseException:
             self._resolved = True

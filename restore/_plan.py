@@ -1,6 +1,6 @@
 """The pure planner: arrangement + what the daemons said -> what to claim and
 what each session becomes. No I/O, no trio; every rule of restore's outcome
-is stated here.
+is stated here, and how the restore's one deadline is shared (``RestoreDeadline``).
 
 Outcomes (one per leaf, never none):
 
@@ -113,6 +113,49 @@ class Decision:
 class Options:
     relaunch: bool = True
     relaunch_ended: bool = False
+
+
+# The part of the restore's deadline the partial attach phase may wait for
+# daemons. The rest is kept for building the sessions: collecting ended
+# children, starting the relaunch daemon, relaunching (a wedged daemon's
+# sessions among them). A phase that waited for the whole deadline would
+# leave a wedged daemon's sessions no time to start again.
+ATTACH_SHARE = 0.8
+
+
+@attrs.frozen
+class RestoreDeadline:
+    """The restore's one deadline, fixed once at its start: absolute times
+    on trio's clock (``trio.current_time()``). Every step below waits until
+    one of them, never for a fresh timeout of its own, so the whole restore
+    is over by ``end``."""
+
+    start: float
+    end: float
+
+    @classmethod
+    def from_timeout(cls, start: float, timeout: float) -> RestoreDeadline:
+        return cls(start, start + max(0.0, timeout))
+
+    @classmethod
+    def from_end(cls, start: float, end: float) -> RestoreDeadline:
+        """A deadline the caller fixed already (it may have passed)."""
+        return cls(start, max(start, end))
+
+    @property
+    def attach_by(self) -> float:
+        """When the partial attach phase stops waiting for daemons."""
+        return self.start + ATTACH_SHARE * (self.end - self.start)
+
+    @property
+    def seconds(self) -> float:
+        """The whole of it, in seconds (to the millisecond, for messages)."""
+        return round(self.end - self.start, 3)
+
+    @property
+    def attach_seconds(self) -> float:
+        """The phase's part, in seconds (to the millisecond, for messages)."""
+        return round(self.attach_by - self.start, 3)
 
 
 def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:

@@ -22,7 +22,7 @@ from multiserver import Client, MultiserverError
 from restore._build import RestoredSession, build_sessions
 from restore._model import Arrangement
 from restore._partial import DaemonAttachment, PartialAttachPhase, PhaseResult
-from restore._plan import Options, plan_restore
+from restore._plan import Options, RestoreDeadline, plan_restore
 from restore._store import ArrangementStore
 
 DEFAULT_TIMEOUT = 10.0
@@ -51,7 +51,8 @@ async def restore_arrangement(
     arrangement: Arrangement,
     *,
     nursery: trio.Nursery,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
+    deadline: float | None = None,
     options: Options = DEFAULT_OPTIONS,
     store: ArrangementStore | None = None,
     hold: bool = True,
@@ -61,8 +62,15 @@ async def restore_arrangement(
     on_arrival: Callable[[DaemonAttachment], None] | None = None,
 ) -> RestoreResult:
     """Restore every session of ``arrangement``: partial attaches to the
-    daemons (never starting one) under ``timeout`` for the whole phase, then
-    one outcome per session, carried out.
+    daemons (never starting one), then one outcome per session, carried out.
+
+    One deadline bounds it all: ``timeout`` seconds from now (default
+    ``DEFAULT_TIMEOUT``), or ``deadline``, an absolute time on trio's clock
+    (give one or neither). The phase waits for the daemons until
+    ``ATTACH_SHARE`` of it; collects, starting the relaunch daemon and the
+    relaunches get what is left, together. It returns by the deadline (store
+    writes aside, which are never cut short); each session the deadline
+    left undone says so in its detail (see ``build_sessions``).
 
     ``nursery`` must outlive the returned sessions' use: connections that hold
     claimed children read there, and partial attaches still running after the
@@ -80,18 +88,28 @@ async def restore_arrangement(
     Cancellation: relaunched sessions stay running (and saved); every fd and
     connection it got is closed (nothing was returned), so the children go
     back to their daemons. Partial attaches still running are ``nursery``'s.
+    The deadline is not a cancellation: past it, every session still gets
+    its outcome. A relaunch it cut off may have started its child, which
+    keeps running in the relaunch daemon, unsaved, until a sweep adopts it;
+    that session is ``failed``, says so, and its saved leaf is unchanged.
     """
     t0 = trio.current_time()
+    if deadline is not None and timeout is not None:
+        raise ValueError("give restore_arrangement a timeout or a deadline, not both")
+    if deadline is not None:
+        bound = RestoreDeadline.from_end(t0, deadline)
+    else:
+        bound = RestoreDeadline.from_timeout(t0, DEFAULT_TIMEOUT if timeout is None else timeout)
     plan = plan_restore(arrangement)
     phase = PartialAttachPhase(
         plan, on_late=on_late, keep_output=keep_output, on_arrival=on_arrival
     )
-    result = await phase.run(nursery, timeout)
+    result = await phase.run(nursery, bound.attach_by)
     try:
         sessions = await build_sessions(
             plan,
             result,
-            timeout=timeout,
+            deadline=bound,
             options=options,
             nursery=nursery,
             store=store,

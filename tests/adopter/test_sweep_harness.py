@@ -39,6 +39,7 @@ from multiserver import ChildInfo, DaemonPaths, MultiserverError, open_client
 from multiserver._paths import try_lock
 from multiserver.testing import Behavior, Claim, Collect, Hello, SimChild, SimDaemon
 from restore import (
+    ATTACH_SHARE,
     Arrangement,
     ArrangementStore,
     RestorationRef,
@@ -52,6 +53,7 @@ from restore._restore import release_claims, restore_arrangement
 from tests.conftest import MsDirs
 
 TIMEOUT = 10.0  # restore's deadline in the late-arrival tests
+ATTACH_BY = ATTACH_SHARE * TIMEOUT  # when its phase stops waiting for daemons
 LATE = 15.0  # when a slow daemon answers restore's claim
 
 
@@ -204,7 +206,7 @@ async def test_late_arrivals_end_up_in_the_orphans_window_exactly_once(
                 timeout=TIMEOUT,
                 on_late=lambda att: nursery.start_soon(adopt, att),
             )
-            assert trio.current_time() == TIMEOUT
+            assert trio.current_time() == ATTACH_BY
             assert [s.outcome for s in result.sessions] == ["timed-out"] * 3
             # What the app now shows: the relaunched sessions (new refs).
             sink.current = arranged([s.leaf for s in result.sessions])
@@ -255,9 +257,10 @@ async def test_a_late_arrival_and_a_sweep_adopt_each_child_once(
     async def freeze_at_the_deadline() -> None:
         # The build writes the store in threads, and the autojump clock jumps
         # while a thread runs: it would bring the late answer in the middle
-        # of the build. Stopped at the deadline, it stays there until we let
-        # it go, so the order of the two is the test's.
-        await trio.sleep(TIMEOUT - 1)
+        # of the build (or past the restore's deadline). Stopped when the
+        # phase stops waiting, it stays there until we let it go, so the
+        # order of the two is the test's.
+        await trio.sleep(ATTACH_BY - 1)
         clock.autojump_threshold = math.inf
         clock.jump(1)
 
@@ -278,7 +281,7 @@ async def test_a_late_arrival_and_a_sweep_adopt_each_child_once(
                 store=store,
                 on_late=lambda att: nursery.start_soon(adopt, att),
             )
-            assert trio.current_time() == TIMEOUT
+            assert trio.current_time() == ATTACH_BY
             assert [s.outcome for s in result.sessions] == ["timed-out"] * 2
             await release_claims(result)
             slow.behavior = Behavior()  # the sweep's claim is answered at once
@@ -290,7 +293,7 @@ async def test_a_late_arrival_and_a_sweep_adopt_each_child_once(
             else:
                 # Restore's claim is still waiting in the daemon.
                 swept = await sweep(sink)
-                assert trio.current_time() == TIMEOUT and late_rows == []
+                assert trio.current_time() == ATTACH_BY and late_rows == []
                 clock.autojump_threshold = 0
                 await arrived.wait()
             nursery.cancel_scope.cancel()

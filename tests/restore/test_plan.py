@@ -12,12 +12,14 @@ import pytest
 from multiserver import ChildInfo
 from restore import Arrangement, RestorationRef, SessionLeaf, Split, Tab, Window
 from restore._plan import (
+    ATTACH_SHARE,
     OUTCOMES,
     RELAUNCH_MARKER,
     ClaimAnswer,
     DaemonTarget,
     Decision,
     Options,
+    RestoreDeadline,
     decide_claimed,
     decide_gone,
     decide_timed_out,
@@ -280,3 +282,26 @@ def test_notice_keeps_the_scrollback_byte_exact() -> None:
     notice = relaunch_notice(leaf("x", scrollback=scrollback), "why")
     assert notice[: len(scrollback)] == scrollback
     assert notice.index(RELAUNCH_MARKER.encode()) > len(scrollback)
+
+
+# --- the restore's one deadline ---------------------------------------------------------
+
+
+def test_the_phase_gets_its_share_of_the_one_deadline() -> None:
+    d = RestoreDeadline.from_timeout(100.0, 10.0)
+    assert (d.start, d.end) == (100.0, 110.0)
+    assert d.attach_by == 100.0 + ATTACH_SHARE * 10.0
+    assert d.start < d.attach_by < d.end  # some of it is left for the relaunches
+    assert (d.seconds, d.attach_seconds) == (10.0, ATTACH_SHARE * 10.0)
+
+
+def test_a_given_end_is_kept_and_never_before_the_start() -> None:
+    assert RestoreDeadline.from_end(5.0, 7.5) == RestoreDeadline(5.0, 7.5)
+    passed = RestoreDeadline.from_end(5.0, 1.0)  # it passed before the restore began
+    assert passed.end == passed.attach_by == 5.0 and passed.seconds == 0.0
+    assert RestoreDeadline.from_timeout(5.0, -1.0) == passed
+
+
+def test_the_seconds_in_messages_are_rounded_to_the_millisecond() -> None:
+    d = RestoreDeadline.from_end(0.1, 0.1 + 2.0000004)
+    assert f"{d.seconds:g}" == "2" and f"{d.attach_seconds:g}" == "1.6"
