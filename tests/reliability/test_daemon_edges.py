@@ -38,6 +38,7 @@ from tests.conftest import (
     proc_status,
 )
 from tests.reliability._raw import RawConnection
+from tests.reliability._report import record
 
 # The largest buffer a daemon may have (MAX_BUFFER_LIMIT).
 BIG = 8 * 1024 * 1024
@@ -109,6 +110,16 @@ async def test_a_claim_across_frames_gets_only_pty_masters_while_fds_are_reused(
         finally:
             slow.close()
     try:
+        masters = sum(1 for p in parts if p.fd is not None and is_pty_master(p.fd))
+        victim_part = next(p for p in parts if p.part.id == victim)
+        record(
+            "claim_across_frames",
+            children=len(kids),
+            pty_masters=masters,
+            other_fds=sum(1 for p in parts if p.fd is not None) - masters,
+            collected_child=victim_part.part.message or "claimed before it was collected",
+            new_connections=20,
+        )
         assert [p.part.id for p in parts] == kids
         for p in parts:
             if p.part.id == victim and p.fd is None:
@@ -149,13 +160,22 @@ async def test_a_claim_at_the_fd_limit_keeps_the_output_and_leaks_nothing(
                 await client.claim(ids)
             assert failed.value.errno == errno.EMFILE
             assert "nothing was claimed and the output is kept" in failed.value.message
-            assert fd_count(daemon.pid) == fds_before  # the dups made were closed
+            fds_after = fd_count(daemon.pid)
+            assert fds_after == fds_before  # the dups made were closed
         finally:
             resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
         listed = {c.id: c for c in await client.list()}
         assert not any(listed[i].held for i in ids)
         assert all(listed[i].dropped_bytes == 0 for i in ids)
         results = await client.claim(ids)
+        record(
+            "claim_at_fd_limit",
+            children=len(ids),
+            error=failed.value.message,
+            daemon_fds_before=fds_before,
+            daemon_fds_after=fds_after,
+            outputs_intact=sum(1 for r in results if r.output == before[r.id]),
+        )
         try:
             assert {r.id: r.output for r in results} == before
             assert all(r.master is not None and is_pty_master(r.master) for r in results)
@@ -173,13 +193,22 @@ async def test_a_claim_past_the_frame_limit_is_refused_whole_and_keeps_the_outpu
     async with open_client(daemon.paths) as client:
         [kid] = await launch_many(client, ["sh", "-c", "echo precious; exec cat"], 1)
         await wait_buffered(client, [kid], 8)
+        t0 = trio.current_time()
         with pytest.raises(RequestFailed) as failed:
             await client.claim([kid, *range(10_000, 210_000)])
+        took = trio.current_time() - t0
         assert failed.value.errno == errno.EINVAL
         assert "at most 100000 in one request" in failed.value.message
         peeked = await client.peek(kid)
         assert b"precious" in peeked.output and not peeked.child.held
         [result] = await client.claim([kid])
+        record(
+            "claim_past_frame_limit",
+            ids=200_001,
+            error=failed.value.message,
+            seconds=round(took, 3),
+            output_intact=b"precious" in result.output,
+        )
         assert b"precious" in result.output
         assert result.master is not None
         os.close(result.master)
@@ -193,12 +222,23 @@ async def test_ten_children_with_huge_argv_are_all_listed(
     argv = ["sh", "-c", "read line", *(["a" * 100_000] * 18)]  # 1.8 MB each
     async with open_client(daemon.paths) as client:
         ids = await launch_many(client, argv, 10)
+        t0 = trio.current_time()
         listed = await client.list()
+        took = trio.current_time() - t0
         assert [c.id for c in listed] == ids
         for c in listed:
             assert c.argv[:3] == argv[:3] and c.argv[-1].endswith("…")
             assert sum(map(len, c.argv)) - 1 + c.argv_omitted == sum(map(len, argv))
     out = await ms(ms_dirs, "ls", "--json")
+    record(
+        "huge_argv_listed",
+        children=10,
+        argv_bytes_each=sum(map(len, argv)),
+        listed_argv_chars=sum(map(len, listed[0].argv)),
+        argv_omitted=listed[0].argv_omitted,
+        list_seconds=round(took, 3),
+        ls_rows=len(json.loads(out.stdout)),
+    )
     assert out.returncode == 0
     assert len(json.loads(out.stdout)) == 10
     table = await ms(ms_dirs, "ls")
@@ -270,6 +310,15 @@ async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_dead
                 launched = await client.launch(["cat"], hold=False)
                 assert [c.id for c in await client.list()] == [launched.child.id]
     peak = vm_kib(daemon.pid, "VmHWM")
+    record(
+        "stalled_huge_frames",
+        connections=30,
+        frame_bytes=MAX_FRAME,
+        daemon_peak_rss_kib=peak,
+        dropped_after_s=[round(min(times), 2), round(max(times), 2)],
+        frame_timeout_s=3,
+        bytes_sent_by_clients=sent[0],
+    )
     assert len(times) == 30
     assert peak < 64 * 1024, f"daemon peaked at {peak} KiB"
     assert max(times) < 3 + 5, times  # dropped at the deadline, not held
@@ -303,6 +352,7 @@ async def test_a_partial_frame_with_fds_is_dropped_and_its_fds_closed(
     with trio.fail_after(5):
         while fd_count(daemon.pid) != before:
             await trio.sleep(0.01)
+    record("partial_frame_with_fds", fds_sent=40, daemon_fds_before=before, daemon_fds_after=before)
     async with open_client(daemon.paths) as client:  # and everyone else is served
         assert (await client.launch(["cat"], hold=False)).child.state == "running"
 
@@ -331,6 +381,7 @@ async def test_a_frame_sent_a_byte_at_a_time_is_dropped_at_the_deadline(
         answer = await trio.to_thread.run_sync(raw.until_closed)
     finally:
         raw.close()
+    record("byte_at_a_time", frame_timeout_s=1.5, dropped_after_s=dropped and round(dropped, 2))
     assert dropped is not None and 1.5 <= dropped < 4
     assert "not completed within 1.5 s" in answer[0].message  # type: ignore[union-attr]
 
@@ -349,6 +400,7 @@ async def test_a_connection_that_never_says_hello_is_dropped(
         took = trio.current_time() - t0
     finally:
         raw.close()
+    record("no_hello", hello_timeout_s=1, dropped_after_s=round(took, 2))
     assert 1 <= took < 4
     assert [(m.errno, m.message) for m in answer] == [  # type: ignore[union-attr]
         (errno.ETIMEDOUT, "no Hello within 1 s")
@@ -369,6 +421,7 @@ async def test_connections_past_the_cap_get_one_line_and_the_rest_are_served(
         with pytest.raises(RequestFailed) as refused:
             async with open_client(daemon.paths.socket):
                 pass
+        record("connection_cap", cap=5, sixth=refused.value.message)
         assert refused.value.errno == errno.EUSERS
         assert refused.value.message == "too many connections (5 open); try again later"
         held.pop().close()
