@@ -28,8 +28,10 @@ import trio
 
 from multiserver import _codec, _platform
 from multiserver._config import DaemonConfig
+from multiserver._errors import DaemonAlreadyRunning
 from multiserver._paths import DaemonPaths, LockBusy, try_lock
 from multiserver._server import Daemon, bind_listener
+from multiserver._stale import remove_stale_socket
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -84,12 +86,15 @@ async def _run(
 
 
 def take_lock_and_clear(paths: DaemonPaths) -> int:
-    """Take the lock, then unlink a stale socket. Raises LockBusy."""
+    """Take the lock, then unlink a stale socket. Raises LockBusy, or
+    DaemonAlreadyRunning if a daemon answers there (its lock was deleted)."""
     lock_fd = try_lock(paths.lock)
     try:
-        os.unlink(paths.socket)
-    except FileNotFoundError:
-        pass
+        if remove_stale_socket(paths.socket) == "live":
+            raise DaemonAlreadyRunning(f"a daemon already answers on {paths.socket}; not starting")
+    except BaseException:
+        os.close(lock_fd)
+        raise
     return lock_fd
 
 
