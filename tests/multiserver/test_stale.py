@@ -1,6 +1,7 @@
-"""The one rule for removing a daemon's socket (``remove_stale_socket``):
-a socket is removed only when a connect to it is refused; a live one is
-never unlinked."""
+"""The one rule for removing a daemon's socket (``remove_stale_socket``),
+and the three places that follow it agreeing: the daemon at start, the
+client that starts one, and the adopter's sweep. A socket is removed only
+when a connect to it is refused; a live one is never unlinked."""
 
 from __future__ import annotations
 
@@ -12,12 +13,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
+import multiserver._start
+from adopter._sweep import _remove_stale
 from multiserver import (
+    DaemonNotRunning,
     UnsafeDirectory,
+    connect_or_start,
     remove_stale_socket,
     unlink_if_same,
 )
+from multiserver._errors import DaemonAlreadyRunning
+from multiserver._files import DaemonFiles
+from multiserver._paths import try_lock
+from tests.conftest import MsDirs
 
 
 def dead_socket(path: Path) -> os.stat_result:
@@ -115,3 +125,87 @@ def test_unlink_if_same_leaves_a_file_put_in_its_place(tmp_path: Path) -> None:
         assert unlink_if_same(path, os.lstat(path))
         assert not path.exists()
         assert not unlink_if_same(path, mine)  # nothing there: fine
+
+
+# --- the three drivers agree -----------------------------------------------------------
+
+
+async def as_adopter(ms_dirs: MsDirs) -> str:
+    return _remove_stale(ms_dirs.paths.socket)
+
+
+async def as_daemon(ms_dirs: MsDirs) -> str:
+    """The daemon's start: holding the lock, refuse or bind."""
+    lock_fd = try_lock(ms_dirs.paths.lock)
+    try:
+        files = DaemonFiles.bind(ms_dirs.paths, lock_fd)
+    except DaemonAlreadyRunning:
+        os.close(lock_fd)
+        return "refused"
+    files.close()
+    return "started"
+
+
+async def as_client(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``connect_or_start`` past its first connect (as if the socket had not
+    answered then), with a daemon start that binds a plain listener."""
+    calls: list[str] = []
+    real_connect = multiserver._start.connect
+
+    async def connect_once_refused(path: Path) -> trio.socket.SocketType:
+        if not calls:
+            calls.append("refused")
+            raise DaemonNotRunning(str(path))
+        return await real_connect(path)
+
+    with contextlib.ExitStack() as stack, monkeypatch.context() as m:
+
+        async def start(*args: object) -> int:
+            calls.append("started")
+            listener = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            listener.bind(str(ms_dirs.paths.socket))  # fails if a socket is still there
+            listener.listen(1)
+            return 0
+
+        m.setattr(multiserver._start, "connect", connect_once_refused)
+        m.setattr(multiserver._start, "start_daemon", start)
+        with trio.fail_after(5):
+            sock = await connect_or_start(ms_dirs.paths)
+        sock.close()
+    return "started" if "started" in calls else "connected"
+
+
+@pytest.mark.parametrize("situation", ["stale", "live", "gone"])
+async def test_daemon_client_and_adopter_agree(
+    ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch, situation: str
+) -> None:
+    """The same socket, three drivers: each removes a stale socket, each
+    leaves a live one (same inode, still answering), each is fine with none."""
+    paths = ms_dirs.paths
+    paths.prepare()
+    answers = {}
+    with contextlib.ExitStack() as stack:
+        if situation == "live":
+            live = stack.enter_context(listening(paths.socket))
+            before = os.lstat(paths.socket)
+        for name in ("adopter", "daemon", "client"):
+            if situation == "stale":
+                dead_socket(paths.socket)
+            if name == "adopter":
+                answers[name] = await as_adopter(ms_dirs)
+            elif name == "daemon":
+                answers[name] = await as_daemon(ms_dirs)
+            else:
+                answers[name] = await as_client(ms_dirs, monkeypatch)
+            if situation == "live":
+                assert os.path.samestat(os.lstat(paths.socket), before), name
+                assert pending(live) >= 1, name  # it still answers
+            with contextlib.suppress(FileNotFoundError):
+                if situation != "live":
+                    os.unlink(paths.socket)
+    expected = {
+        "stale": {"adopter": "removed", "daemon": "started", "client": "started"},
+        "live": {"adopter": "live", "daemon": "refused", "client": "connected"},
+        "gone": {"adopter": "removed", "daemon": "started", "client": "started"},
+    }
+    assert answers == expected[situation]
