@@ -5,8 +5,8 @@
 exactly one: whoever takes the lock unlinks the stale socket and spawns the
 daemon, which inherits the lock and holds it for life; the others wait for the
 socket to accept. A socket that answers is never unlinked: when its daemon's
-lock file was deleted, the lock is free but the daemon lives, and the client
-connects to it (as does the daemon it started, which then does not start).
+lock file was deleted, the lock is free but the daemon lives; the client
+connects to it, and a daemon spawned in a race finds it and does not start.
 """
 
 from __future__ import annotations
