@@ -32,6 +32,8 @@ from multiserver import (
     MultiserverError,
     UnsafeDirectory,
     dial,
+    remove_stale_socket,
+    unlink_if_same,
 )
 from multiserver._paths import (
     LockBusy,
@@ -73,7 +75,9 @@ def _lock_path(sock: Path) -> Path:
 
 
 def _remove_stale(sock: Path) -> str:
-    """Unlink a stale socket and its lock while holding the lock."""
+    """Unlink a stale socket and its lock while holding the lock: "removed",
+    "busy" (a daemon took the lock meanwhile) or "live" (a daemon answers
+    there now: its lock file was deleted); left alone unless "removed"."""
     lock = _lock_path(sock)
     try:
         fd = try_lock(lock)
@@ -82,9 +86,11 @@ def _remove_stale(sock: Path) -> str:
     except OSError as exc:
         return f"cannot lock: {exc.strerror}"
     try:
-        for path in (sock, lock):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        if remove_stale_socket(sock) == "live":
+            return "live"
+        unlink_if_same(lock, os.fstat(fd))
+    except MultiserverError as exc:
+        return f"not removed: {exc}"
     finally:
         os.close(fd)
     return "removed"
@@ -161,7 +167,10 @@ async def _sweep_socket(
             )
             if state == "stale":
                 action = _remove_stale(sock) if adopt else "would-remove"
-                rows.append(SweepRow(s, "stale", action, detail="its daemon is gone"))
+                detail = "its daemon is gone"
+                if action == "live":
+                    detail = "a daemon answers there now; the next sweep adopts its orphans"
+                rows.append(SweepRow(s, "stale", action, detail=detail))
             else:
                 rows.append(
                     SweepRow(

@@ -33,6 +33,7 @@ from multiserver._errors import (
 )
 from multiserver._messages import PROTOCOL_VERSION, ChildExited, ChildInfo, ChildTaken
 from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
+from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
 from multiserver._start import connect, connect_or_start
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "PeekResult",
     "PeerProtocolError",
     "RequestFailed",
+    "SocketFound",
     "UnsafeDirectory",
     "VersionRefused",
     "connect",
@@ -62,6 +64,8 @@ __all__ = [
     "fallback_dir",
     "handshake",
     "open_client",
+    "remove_stale_socket",
     "runtime_dir",
     "state_dir",
+    "unlink_if_same",
 ]

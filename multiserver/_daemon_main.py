@@ -9,9 +9,14 @@ Detached start, as the client drives it (see ``_start.py``)::
         close every fd but lock + ready pipe, bind, listen,             | |
         write "ready" to the pipe -> client connects                    v v
 
+The ready pipe carries one line: ``R<pid>`` (listening), ``L<reason>``
+(another daemon answers on the socket: the client connects to it) or
+``E<reason>`` (failed).
+
 The lock is held for the daemon's whole life and taken before a stale socket
-is unlinked; on the way out the daemon unlinks socket and lock while it still
-holds the lock.
+is unlinked; the daemon keeps lock and socket in place while it runs, and on
+the way out unlinks them, if they are still its own, while it still holds
+the lock (``_files.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import trio
 
 from multiserver import _codec, _platform
 from multiserver._config import DaemonConfig
+from multiserver._errors import DaemonAlreadyRunning
+from multiserver._files import DaemonFiles
 from multiserver._paths import DaemonPaths, LockBusy, try_lock
-from multiserver._server import Daemon, bind_listener
+from multiserver._server import Daemon
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -45,9 +52,15 @@ def _setup_logging() -> None:
 async def _run(
     paths: DaemonPaths, config: DaemonConfig, lock_fd: int, ready: Callable[[], None]
 ) -> None:
+    """Serve on ``paths`` holding the lock ``lock_fd`` (taken over). Raises
+    DaemonAlreadyRunning if a live daemon answers on the socket path."""
     daemon = Daemon(config)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
-    listener = bind_listener(str(paths.socket))
+    try:
+        files = DaemonFiles.bind(paths, lock_fd)
+    except BaseException:
+        os.close(lock_fd)
+        raise
     # What start-up allocated and freed: 0.1 MiB, 1 MiB when modules were
     # compiled from source (no bytecode cache).
     _platform.release_free_memory()
@@ -67,39 +80,26 @@ async def _run(
                         return
 
             nursery.start_soon(on_signals)
-            await nursery.start(daemon.serve, listener)
+            await nursery.start(daemon.serve, files.listener)
+            await nursery.start(files.watch)
             ready()
             await daemon.wait_stopped()
             nursery.cancel_scope.cancel()
     finally:
-        # Unlink while the lock is still ours, so no other daemon's files go.
-        for path in (paths.socket, paths.lock):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        listener.close()
-        os.close(lock_fd)
+        # Unlinks only what is still its own, while the lock is still held.
+        files.close()
         log.info("stopped")
-
-
-def take_lock_and_clear(paths: DaemonPaths) -> int:
-    """Take the lock, then unlink a stale socket. Raises LockBusy."""
-    lock_fd = try_lock(paths.lock)
-    try:
-        os.unlink(paths.socket)
-    except FileNotFoundError:
-        pass
-    return lock_fd
 
 
 def run_foreground(
     paths: DaemonPaths, config: DaemonConfig, *, on_ready: Callable[[], None] | None = None
 ) -> None:
     """Run the daemon in this process until it stops. Raises LockBusy if a
-    daemon already runs on ``paths``, UnsafeDirectory if the dirs are unsafe."""
+    daemon holds the lock, DaemonAlreadyRunning if one answers on the
+    socket path (its lock file was deleted), UnsafeDirectory if the dirs are
+    unsafe."""
     paths.prepare()
-    lock_fd = take_lock_and_clear(paths)
+    lock_fd = try_lock(paths.lock)
     os.chdir("/")
     trio.run(_run, paths, config, lock_fd, on_ready or (lambda: None))
 
@@ -203,6 +203,10 @@ def _daemonized(args: _Args) -> None:
 
     try:
         trio.run(_run, paths, config, lock_fd, ready)
+    except DaemonAlreadyRunning as exc:
+        log.error("%s", exc)
+        _report(ready_fd, f"L{exc}")  # the client connects to that one
+        os._exit(1)
     except BaseException as exc:
         log.exception("daemon failed")
         _report(ready_fd, f"E{exc}")
@@ -235,5 +239,4 @@ __all__ = [
     "LockBusy",
     "main",
     "run_foreground",
-    "take_lock_and_clear",
 ]

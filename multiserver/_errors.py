@@ -18,6 +18,11 @@ class DaemonNotRunning(MultiserverError):
     """Nothing listens on the socket (and the caller asked not to start one)."""
 
 
+class DaemonAlreadyRunning(MultiserverError):
+    """A daemon about to start found another one answering on its socket
+    path, and did not start."""
+
+
 class ConnectionClosed(MultiserverError):
     """The peer closed the connection (or it broke)."""
 
@@ -50,6 +55,7 @@ class ChildFailed(RequestFailed):
 __all__ = [
     "ChildFailed",
     "ConnectionClosed",
+    "DaemonAlreadyRunning",
     "DaemonNotRunning",
     "MultiserverError",
     "PeerProtocolError",

@@ -4,7 +4,9 @@
 ``connect_or_start`` starts one under the lock, so two clients racing start
 exactly one: whoever takes the lock unlinks the stale socket and spawns the
 daemon, which inherits the lock and holds it for life; the others wait for the
-socket to accept.
+socket to accept. A socket that answers is never unlinked: when its daemon's
+lock file was deleted, the lock is free but the daemon lives; the client
+connects to it, and a daemon spawned in a race finds it and does not start.
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ from pathlib import Path
 import trio
 
 from multiserver._config import DaemonConfig, config_args, config_from_env
-from multiserver._errors import DaemonNotRunning, MultiserverError, UnsafeDirectory
+from multiserver._errors import (
+    DaemonAlreadyRunning,
+    DaemonNotRunning,
+    MultiserverError,
+    UnsafeDirectory,
+)
 from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
+from multiserver._stale import remove_stale_socket
 
 # While another process holds the lock (a daemon starting or exiting), poll
 # the socket at this interval. The caller's deadline bounds the wait.
@@ -81,11 +89,10 @@ async def connect_or_start(
             await trio.sleep(_LOCK_POLL)
             continue
         try:
-            try:
-                os.unlink(paths.socket)
-            except FileNotFoundError:
-                pass
-            await start_daemon(paths, lock_fd, config or config_from_env())
+            if remove_stale_socket(paths.socket) != "live":
+                await start_daemon(paths, lock_fd, config or config_from_env())
+        except DaemonAlreadyRunning:
+            pass  # it answers on the socket: connect to it
         finally:
             os.close(lock_fd)
 
@@ -94,7 +101,9 @@ async def start_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -
     """Spawn a detached daemon that inherits ``lock_fd`` (locked by the
     caller); returns its pid once it listens.
 
-    Raises MultiserverError with the daemon's own one-line reason if it fails.
+    Raises DaemonAlreadyRunning if it found a live daemon on the socket path
+    (its lock file was deleted) and did not start, MultiserverError with the
+    daemon's own one-line reason if it failed.
 
     Cancellation: the daemon may still come up; it exits by itself when idle.
     """
@@ -143,6 +152,8 @@ async def start_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -
             os.close(wr)
     if line.startswith("R"):
         return int(line[1:])
+    if line.startswith("L"):
+        raise DaemonAlreadyRunning(line[1:])
     reason = line[1:] if line.startswith("E") else "exited before it was ready"
     raise MultiserverError(f"daemon failed to start: {reason} (log: {paths.log})")
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,24 +36,8 @@ from tests.conftest import (
     stop_daemon_sync,
     wait_until,
 )
+from tests.reliability._cli import ms_ok
 from tests.reliability._report import record
-
-MULTISERVER = str(Path(sys.executable).with_name("multiserver"))
-COMMAND_TIMEOUT = 30.0  # a bound on one command's run, not a delay
-
-
-async def ms_ok(*args: str) -> bytes:
-    """Run the `multiserver` command with the test's environment."""
-    with trio.fail_after(COMMAND_TIMEOUT):
-        result = await trio.run_process(
-            [MULTISERVER, *args],
-            env=dict(os.environ),
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    assert result.returncode == 0, (args, result.stdout, result.stderr)
-    return result.stdout
 
 
 async def echo(master: int, word: bytes) -> None:
