@@ -45,15 +45,13 @@ WATCH_INTERVAL = 1.0
 _BIND_TRIES = 3
 
 
-class SwappableListener(trio.socket.SocketType):
+class SwappableListener:
     """The daemon's listening socket, which the watch may replace while
-    ``Daemon.serve`` waits in ``accept`` on it. It has what serve uses
-    (``accept``, ``fileno``, ``close``); trio's base class raises
-    NotImplementedError for the rest. It owns the socket it listens on.
+    ``Daemon.serve`` waits in ``accept`` on it (a ``_server.Listener``).
+    It owns the socket it listens on.
     """
 
     def __init__(self, listener: trio.socket.SocketType) -> None:
-        super().__init__()
         self._listener = listener
         self._waiting = trio.CancelScope()
 

@@ -12,6 +12,7 @@ import math
 import os
 import secrets
 import socket
+from typing import Any, Protocol
 
 import trio
 
@@ -26,6 +27,13 @@ from multiserver._wire import IntakeBudget
 log = logging.getLogger("multiserver.daemon")
 
 SERVER_NAME = "multiserver-daemon/0.1"
+
+
+class Listener(Protocol):
+    """What the daemon accepts connections from: a listening trio socket,
+    or ``_files.SwappableListener``, which the file watch may re-bind."""
+
+    async def accept(self) -> tuple[trio.socket.SocketType, Any]: ...
 
 
 class Daemon:
@@ -70,7 +78,7 @@ class Daemon:
 
     async def serve(
         self,
-        listener: trio.socket.SocketType,
+        listener: Listener,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -105,7 +113,7 @@ class Daemon:
             if self._children is not None:
                 self._children.close()
 
-    async def _accept_loop(self, listener: trio.socket.SocketType, nursery: trio.Nursery) -> None:
+    async def _accept_loop(self, listener: Listener, nursery: trio.Nursery) -> None:
         while True:
             try:
                 sock, _ = await listener.accept()
