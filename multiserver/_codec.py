@@ -328,9 +328,16 @@ class Codec:
         return self._broken
 
     def close(self) -> None:
-        """Close every fd still queued. Safe to call more than once."""
+        """Close every fd still queued and let go of the bytes of an
+        incomplete frame (up to 16 MiB of a peer that stalled); the codec
+        reads nothing more. Safe to call more than once."""
         while self._batches:
             _close_all(self._batches.popleft().fds)
+        if self._buf:
+            self._offset += len(self._buf)
+            self._buf = bytearray()
+        if self._broken is None:
+            self._broken = ProtocolError("the connection is closed")
 
     def receive_data(
         self, data: bytes, fds: Sequence[int] = (), *, truncated: bool = False

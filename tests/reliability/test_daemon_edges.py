@@ -294,6 +294,7 @@ async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_dead
     took the daemon from 30 to 528 MB, for as long as they stayed."""
     monkeypatch.setenv("MULTISERVER_FRAME_TIMEOUT", "3")
     daemon = await start_daemon()
+    base = vm_kib(daemon.pid, "VmHWM")
     sent = [0]
     body = MAX_FRAME - HEADER.size
     times: list[float] = []
@@ -315,6 +316,7 @@ async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_dead
         connections=30,
         frame_bytes=MAX_FRAME,
         daemon_peak_rss_kib=peak,
+        daemon_peak_rss_kib_before=base,
         dropped_after_s=[round(min(times), 2), round(max(times), 2)],
         frame_timeout_s=3,
         bytes_sent_by_clients=sent[0],
