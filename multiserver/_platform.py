@@ -172,10 +172,6 @@ class ExitSet:
 
 # --- spawning on a PTY: posix_spawn + setsid (Linux) / forkpty (macOS) --------
 
-# The signal numbers this OS knows, built once: signal.valid_signals() makes
-# a new set of enums on every call (0.4 ms).
-VALID_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
-
 # Every catchable signal goes back to its default disposition in the child
 # (Python ignores SIGPIPE and SIGXFSZ; an ignored signal survives exec).
 _DEFAULT_SIGNALS = frozenset(

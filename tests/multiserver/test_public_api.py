@@ -1,0 +1,28 @@
+"""The package's public face: every name in ``__all__`` resolves, and the
+daemon's process does not load the client library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import multiserver
+
+
+def test_every_public_name_resolves_from_its_home() -> None:
+    assert sorted(multiserver.__all__) == sorted(multiserver._HOMES)
+    for name in multiserver.__all__:
+        assert getattr(multiserver, name) is not None
+    assert "open_client" in dir(multiserver)
+
+
+def test_the_daemon_does_not_import_the_client_library() -> None:
+    code = (
+        "import sys, multiserver._daemon_main; "
+        "print(sorted(m for m in sys.modules if m.startswith('multiserver')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "multiserver._daemon_main" in out
+    assert "multiserver._client" not in out and "multiserver._start" not in out
