@@ -9,21 +9,18 @@ Public API (everything else is private and may change)::
     async with open_client(DaemonPaths.for_number(1), start=True) as client:
         launched = await client.launch(["bash"])
         ...
+
+    # Or blocking, without trio (one request at a time; a deadline for all):
+    with dial_blocking(DaemonPaths.for_number(1), deadline=time.monotonic() + 5) as client:
+        print(client.list())
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from multiserver._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from multiserver._client import (
-        ClaimResult,
-        Client,
-        LaunchResult,
-        PeekResult,
-        dial,
-        handshake,
-        open_client,
-    )
+    from multiserver._client import Client, dial, handshake, open_client
     from multiserver._config import DaemonConfig
     from multiserver._errors import (
         ChildFailed,
@@ -37,8 +34,11 @@ if TYPE_CHECKING:
     )
     from multiserver._messages import PROTOCOL_VERSION, ChildExited, ChildInfo, ChildTaken
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
+    from multiserver._results import ClaimResult, LaunchResult, PeekResult
+    from multiserver._spawn import TimedOut
     from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
     from multiserver._start import connect, connect_or_start
+    from multiserver._sync import SyncClient, dial_blocking
 
 # Each public name is imported from its module on first use: the daemon
 # (``python -m multiserver``) runs this file too, and must not load the
@@ -49,24 +49,27 @@ _HOMES: dict[str, str] = {
     "ChildFailed": "multiserver._errors",
     "ChildInfo": "multiserver._messages",
     "ChildTaken": "multiserver._messages",
-    "ClaimResult": "multiserver._client",
+    "ClaimResult": "multiserver._results",
     "Client": "multiserver._client",
     "ConnectionClosed": "multiserver._errors",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
-    "LaunchResult": "multiserver._client",
+    "LaunchResult": "multiserver._results",
     "MultiserverError": "multiserver._errors",
     "PROTOCOL_VERSION": "multiserver._messages",
-    "PeekResult": "multiserver._client",
+    "PeekResult": "multiserver._results",
     "PeerProtocolError": "multiserver._errors",
     "RequestFailed": "multiserver._errors",
     "SocketFound": "multiserver._stale",
+    "SyncClient": "multiserver._sync",
+    "TimedOut": "multiserver._spawn",
     "UnsafeDirectory": "multiserver._errors",
     "VersionRefused": "multiserver._errors",
     "connect": "multiserver._start",
     "connect_or_start": "multiserver._start",
     "dial": "multiserver._client",
+    "dial_blocking": "multiserver._sync",
     "fallback_dir": "multiserver._paths",
     "handshake": "multiserver._client",
     "open_client": "multiserver._client",
@@ -77,18 +80,7 @@ _HOMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'multiserver' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
-
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
 
 __version__ = "0.1.0"
 
@@ -110,11 +102,14 @@ __all__ = [
     "PeerProtocolError",
     "RequestFailed",
     "SocketFound",
+    "SyncClient",
+    "TimedOut",
     "UnsafeDirectory",
     "VersionRefused",
     "connect",
     "connect_or_start",
     "dial",
+    "dial_blocking",
     "fallback_dir",
     "handshake",
     "open_client",

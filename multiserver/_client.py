@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
-import attrs
 import trio
 
 from multiserver._codec import Codec, Event, close_fds
@@ -34,11 +33,8 @@ from multiserver._errors import (
     MultiserverError,
     PeerProtocolError,
     RequestFailed,
-    VersionRefused,
 )
 from multiserver._messages import (
-    MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
     ChildError,
     ChildExited,
     ChildInfo,
@@ -49,7 +45,6 @@ from multiserver._messages import (
     Collect,
     Collected,
     Error,
-    Hello,
     Launch,
     Launched,
     ListChildren,
@@ -57,7 +52,6 @@ from multiserver._messages import (
     Ok,
     Peek,
     Peeked,
-    Refused,
     Release,
     Released,
     Resize,
@@ -66,42 +60,19 @@ from multiserver._messages import (
     Welcome,
 )
 from multiserver._paths import DaemonPaths
+from multiserver._results import (
+    ClaimResult,
+    LaunchResult,
+    PeekResult,
+    WelcomeReader,
+    claim_results,
+    hello,
+)
 from multiserver._start import connect, connect_or_start
 from multiserver._wire import FramedSocket
 
 Notice = ChildExited | ChildTaken
 NOTICE_QUEUE = 10_000
-
-
-@attrs.frozen
-class LaunchResult:
-    child: ChildInfo
-    master: int | None  # the caller's; None when launched detached
-
-
-@attrs.frozen
-class ClaimResult:
-    """One child of a claim: either ``child`` (with ``master`` if it runs,
-    the output buffered while unheld and the count dropped past the bound)
-    or ``error``."""
-
-    id: int
-    child: ChildInfo | None = None
-    master: int | None = None
-    output: bytes = b""
-    dropped: int = 0
-    error: ChildFailed | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@attrs.frozen
-class PeekResult:
-    child: ChildInfo
-    output: bytes
-    dropped: int
 
 
 class _Waiter:
@@ -281,7 +252,7 @@ class Client:
                 event = await self._next(waiter)
                 msg = event.message
                 assert isinstance(msg, Claimed)
-                results += _claim_results(msg, event.fds)
+                results += claim_results(msg, event.fds)
                 if msg.last:
                     break
         return results
@@ -415,25 +386,6 @@ class Client:
             raise
 
 
-def _claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
-    """Split one Claimed frame into results (the codec checked that the fds
-    and output lengths add up)."""
-    results: list[ClaimResult] = []
-    pos = 0
-    next_fd = iter(fds)
-    for part in msg.children:
-        output = msg.outputs[pos : pos + part.output_len]
-        pos += part.output_len
-        if part.child is None:
-            results.append(
-                ClaimResult(part.id, error=ChildFailed(part.id, part.errno, part.message))
-            )
-            continue
-        master = next(next_fd) if part.fd else None
-        results.append(ClaimResult(part.id, part.child, master, output, part.dropped))
-    return results
-
-
 async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
     """Send Hello, return the daemon's Welcome (listing the daemon's
     children unless ``children`` is false).
@@ -444,46 +396,18 @@ async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
     Cancellation: the connection is in an unknown state; close it.
     """
     try:
-        await framed.send(
-            Hello(
-                min_version=MIN_PROTOCOL_VERSION,
-                max_version=PROTOCOL_VERSION,
-                client="multiserver-client",
-                children=children,
-            )
-        )
+        await framed.send(hello(children))
     except ConnectionClosed:
         # A daemon that refuses us before reading (another uid) has sent its
         # Error and closed: our send breaks, but its answer is there to read.
         pass
-    event = await framed.receive()
-    close_fds(event.fds)
-    msg = event.message
-    if isinstance(msg, Refused):
-        raise VersionRefused(msg.reason)
-    if isinstance(msg, Error):
-        raise RequestFailed(msg.errno, msg.message)
-    assert isinstance(msg, Welcome)
-    if not MIN_PROTOCOL_VERSION <= msg.version <= PROTOCOL_VERSION:
-        raise VersionRefused(
-            f"daemon picked protocol version {msg.version}; this client speaks "
-            f"{MIN_PROTOCOL_VERSION}..{PROTOCOL_VERSION}"
-        )
-    if not msg.more:
-        return msg
-    # Version 4: the listing did not fit the Welcome; its pages follow.
-    listing = list(msg.children)
+    reader = WelcomeReader()
     while True:
         event = await framed.receive()
         close_fds(event.fds)
-        page = event.message
-        if isinstance(page, Error):
-            raise RequestFailed(page.errno, page.message)
-        if not isinstance(page, Children) or page.req != 0:
-            raise PeerProtocolError(f"expected the rest of the listing, got {type(page).__name__}")
-        listing += page.children
-        if page.last:
-            return attrs.evolve(msg, children=listing, more=False)
+        welcome = reader.feed(event.message)
+        if welcome is not None:
+            return welcome
 
 
 async def dial(

@@ -178,15 +178,19 @@ def _make_converter() -> cattrs.Converter:
     # Hello leaves out fields at their default: the handshake frame stays
     # what the first version-2 clients sent. The fields version 4 added are
     # left out at their default too, so an older peer (which rejects unknown
-    # fields) sees the frames it knows.
-    conv.register_unstructure_hook(
-        Hello, cattrs.gen.make_dict_unstructure_fn(Hello, conv, _cattrs_omit_if_default=True)
-    )
+    # fields) sees the frames it knows. Built on first use, like every hook:
+    # a client never encodes a Welcome.
     omit = cattrs.gen.override(omit_if_default=True)
-    make = cattrs.gen.make_dict_unstructure_fn
-    conv.register_unstructure_hook(ChildInfo, make(ChildInfo, conv, argv_omitted=omit))
-    conv.register_unstructure_hook(Welcome, make(Welcome, conv, more=omit))
-    conv.register_unstructure_hook(Children, make(Children, conv, last=omit))
+    omitting: dict[type, dict[str, Any]] = {
+        Hello: {"_cattrs_omit_if_default": True},
+        ChildInfo: {"argv_omitted": omit},
+        Welcome: {"more": omit},
+        Children: {"last": omit},
+    }
+    conv.register_unstructure_hook_factory(
+        lambda t: t in omitting,
+        lambda t: cattrs.gen.make_dict_unstructure_fn(t, conv, **omitting[t]),
+    )
     return conv
 
 

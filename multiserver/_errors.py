@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from multiserver._codec import ProtocolError
-
 
 class MultiserverError(Exception):
     """Base of every error this library raises. ``str()`` is one line."""
@@ -59,7 +57,6 @@ __all__ = [
     "DaemonNotRunning",
     "MultiserverError",
     "PeerProtocolError",
-    "ProtocolError",
     "RequestFailed",
     "UnsafeDirectory",
     "VersionRefused",

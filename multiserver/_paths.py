@@ -19,7 +19,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import attrs
@@ -55,6 +54,8 @@ def state_dir() -> Path:
 
 
 def fallback_dir() -> Path:
+    import tempfile  # 2-5 ms of imports, for a dir most commands never look at
+
     return Path(tempfile.gettempdir()) / f"ms-{os.getuid()}"
 
 

@@ -11,27 +11,23 @@ connects to it, and a daemon spawned in a race finds it and does not start.
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
-import sys
 from pathlib import Path
 
 import trio
 
-from multiserver._config import DaemonConfig, config_args, config_from_env
-from multiserver._errors import (
-    DaemonAlreadyRunning,
-    DaemonNotRunning,
-    MultiserverError,
-    UnsafeDirectory,
+from multiserver._config import DaemonConfig, config_from_env
+from multiserver._errors import DaemonAlreadyRunning, DaemonNotRunning
+from multiserver._paths import DaemonPaths, LockBusy, try_lock
+from multiserver._spawn import (
+    LOCK_POLL,
+    check_connectable,
+    connect_error,
+    ready_pid,
+    spawn_daemon,
 )
-from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
 from multiserver._stale import remove_stale_socket
-
-# While another process holds the lock (a daemon starting or exiting), poll
-# the socket at this interval. The caller's deadline bounds the wait.
-_LOCK_POLL = 0.005
 
 
 async def connect(path: Path) -> trio.socket.SocketType:
@@ -42,22 +38,13 @@ async def connect(path: Path) -> trio.socket.SocketType:
 
     Cancellation: nothing is left open.
     """
-    try:
-        check_socket(path)
-    except UnsafeDirectory as exc:
-        if not os.path.lexists(path) and path.parent.is_dir():
-            raise DaemonNotRunning(f"no daemon at {path}") from exc
-        if isinstance(exc.__cause__, FileNotFoundError):
-            raise DaemonNotRunning(f"no daemon at {path}") from exc
-        raise
+    check_connectable(path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         await sock.connect(str(path))
     except OSError as exc:
         sock.close()
-        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
-            raise DaemonNotRunning(f"no daemon at {path}") from exc
-        raise MultiserverError(f"cannot connect to {path}: {exc.strerror}") from exc
+        raise connect_error(path, exc) from exc
     except BaseException:
         sock.close()
         raise
@@ -67,10 +54,11 @@ async def connect(path: Path) -> trio.socket.SocketType:
 async def connect_or_start(
     paths: DaemonPaths, config: DaemonConfig | None = None
 ) -> trio.socket.SocketType:
-    """Connect to daemon ``paths``, starting it first if none runs.
+    """Connect to daemon ``paths``, starting it first if none runs (the
+    steps of ``_spawn``, driven here with trio).
 
-    A daemon started without ``config`` takes its settings from
-    MULTISERVER_BUFFER_LIMIT / MULTISERVER_IDLE_EXIT (``config_from_env``).
+    A daemon started without ``config`` takes its settings from the
+    environment (``config_from_env``).
 
     Takes no timeout: wrap it in ``trio.move_on_after``/``fail_after``.
 
@@ -86,7 +74,7 @@ async def connect_or_start(
         try:
             lock_fd = try_lock(paths.lock)
         except LockBusy:
-            await trio.sleep(_LOCK_POLL)
+            await trio.sleep(LOCK_POLL)
             continue
         try:
             if remove_stale_socket(paths.socket) != "live":
@@ -99,63 +87,16 @@ async def connect_or_start(
 
 async def start_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -> int:
     """Spawn a detached daemon that inherits ``lock_fd`` (locked by the
-    caller); returns its pid once it listens.
-
-    Raises DaemonAlreadyRunning if it found a live daemon on the socket path
-    (its lock file was deleted) and did not start, MultiserverError with the
-    daemon's own one-line reason if it failed.
+    caller); returns its pid once it listens. Raises as ``_spawn.ready_pid``.
 
     Cancellation: the daemon may still come up; it exits by itself when idle.
     """
-    rd, wr = os.pipe()
+    pid, rd = spawn_daemon(paths, lock_fd, config)
     try:
-        argv = [
-            sys.executable,
-            "-m",
-            "multiserver",
-            "--socket",
-            str(paths.socket),
-            "--ready-fd",
-            str(wr),
-            "--lock-fd",
-            str(lock_fd),
-            "--state-dir",
-            str(paths.state_dir),
-            *config_args(config),
-        ]
-        env = dict(os.environ)
-        os.set_inheritable(wr, True)
-        os.set_inheritable(lock_fd, True)
-        try:
-            pid = os.posix_spawn(
-                sys.executable,
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
-                    (os.POSIX_SPAWN_DUP2, 0, 1),
-                    (os.POSIX_SPAWN_DUP2, 0, 2),
-                ],
-                setsid=True,
-            )
-        finally:
-            os.set_inheritable(lock_fd, False)
-            os.close(wr)
-            wr = -1
         line = await _read_line(rd)
-        # The session leader forked and exited before anything was written
-        # (or it died): reap exactly it, without blocking.
-        os.waitpid(pid, 0)
     finally:
         os.close(rd)
-        if wr >= 0:
-            os.close(wr)
-    if line.startswith("R"):
-        return int(line[1:])
-    if line.startswith("L"):
-        raise DaemonAlreadyRunning(line[1:])
-    reason = line[1:] if line.startswith("E") else "exited before it was ready"
-    raise MultiserverError(f"daemon failed to start: {reason} (log: {paths.log})")
+    return ready_pid(line, pid, paths)
 
 
 async def _read_line(fd: int) -> str:

@@ -1,7 +1,5 @@
-"""Frames over a Unix stream socket, with fds: the only place that calls
-``sendmsg`` / ``recvmsg``. Every read is a ``recvmsg`` with room for the
-largest batch of fds, so the kernel never drops fds silently; received fds are
-close-on-exec.
+"""Frames over a Unix stream socket, with fds, for trio: the calls
+themselves are ``_sockio``'s, and this waits only when the kernel says so.
 
 What a daemon reads is bounded (``frame_timeout``, ``IntakeBudget``): a frame
 must be whole soon after its first byte, and the memory that incomplete
@@ -11,35 +9,16 @@ kernel) until there is room again."""
 
 from __future__ import annotations
 
-import array
 import math
-import os
 import socket
 from collections.abc import Sequence
 
 import trio
 
-from multiserver._codec import MAX_FDS_PER_FRAME, NEED_DATA, Codec, Event, ProtocolError
+from multiserver._codec import NEED_DATA, Codec, Event, ProtocolError
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._messages import Message
-
-RECV_SIZE = 256 * 1024
-_ANCILLARY = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * array.array("i").itemsize)
-_CLOEXEC_FLAG = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
-
-
-def _unpack_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
-    fds: list[int] = []
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            arr = array.array("i")
-            usable = len(data) - (len(data) % arr.itemsize)
-            arr.frombytes(data[:usable])
-            fds.extend(arr)
-    if not _CLOEXEC_FLAG:  # macOS: no MSG_CMSG_CLOEXEC
-        for fd in fds:
-            os.set_inheritable(fd, False)
-    return fds
+from multiserver._sockio import RECV_SIZE, receive_chunk, rights, send_some
 
 
 class IntakeBudget:
@@ -122,12 +101,9 @@ class FramedSocket:
     def _receive_chunk(self, size: int) -> tuple[bytes, list[int], bool] | None:
         """One non-blocking ``recvmsg``, or None if nothing is there."""
         try:
-            data, ancdata, flags, _ = self._raw.recvmsg(size, _ANCILLARY, _CLOEXEC_FLAG)
+            return receive_chunk(self._raw, size)
         except BlockingIOError:
             return None
-        except OSError as exc:
-            raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
-        return data, _unpack_fds(ancdata), bool(flags & socket.MSG_CTRUNC)
 
     def _read_size(self) -> int:
         """How much one read may take (0: none, until the budget has room).
@@ -222,23 +198,16 @@ class FramedSocket:
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         view = memoryview(frame)
-        anc = (
-            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
-        )
+        anc = rights(fds)
         sent = 0
         while sent < len(view):
             try:
-                if anc:
-                    n = self._raw.sendmsg([view[sent:]], anc)
-                    anc = []
-                else:
-                    n = self._raw.send(view[sent:])
+                n = send_some(self._raw, view[sent:], anc)
             except BlockingIOError:
                 self._unyielded = 0
                 await trio.lowlevel.wait_writable(self._raw)
                 continue
-            except OSError as exc:
-                raise ConnectionClosed(f"connection broken: {exc.strerror or exc}") from exc
+            anc = []
             sent += n
         await self._fair()
 

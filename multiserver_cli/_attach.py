@@ -11,30 +11,34 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import signal
 import struct
 import sys
 import termios
-from collections.abc import Awaitable, Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import attrs
-import trio
 
-from multiserver import ChildExited, ChildInfo, ChildTaken, Client, MultiserverError
+from multiserver import ChildExited, ChildInfo, ChildTaken, ConnectionClosed, SyncClient
 from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy
-from multiserver_cli._sessions import CliError
+from multiserver_cli._errors import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Prints a status line; True when the terminal's cursor is at a line start.
 Say = Callable[[str, bool], None]
 # Closes a session whose program exited: collect it, forget its saved session.
-CloseExited = Callable[[Client, ChildInfo], Awaitable[None]]
+CloseExited = Callable[[SyncClient, ChildInfo], None]
 # How much of what the terminal showed goes back to the daemon on detach.
 SCREEN_KEEP = 256 * 1024
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
 EXIT_NOTICE_WAIT = 5.0
+# The signals an attached client answers: a size change, and being told to go.
+_WATCHED = (signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM)
 
 
 @attrs.define
@@ -44,7 +48,7 @@ class _Outcome:
     exit_code: int | None = None
     taken: bool = False
     signal: int | None = None
-    settled: trio.Event = attrs.Factory(trio.Event)
+    reason: str | None = None  # the proxy's, once it returned
 
 
 def _ends_line(shown: OutputBuffer) -> bool:
@@ -65,22 +69,40 @@ def terminal_size(fd: int) -> tuple[int, int] | None:
     return (rows, cols) if rows and cols else None
 
 
-async def _redraw(
-    client: Client, child: ChildInfo, master: int, size: tuple[int, int] | None, how: Redraw
+def _redraw(
+    client: SyncClient, child: ChildInfo, master: int, size: tuple[int, int] | None, how: Redraw
 ) -> None:
     if size is not None:
         rows, cols = size
         if how == "winch":
             # A real size change is what makes a full-screen program repaint,
             # even when the size ends up where it was.
-            await client.resize(child.id, rows, max(1, cols - 1) if cols > 1 else cols + 1)
-        await client.resize(child.id, rows, cols)
+            client.resize(child.id, rows, max(1, cols - 1) if cols > 1 else cols + 1)
+        client.resize(child.id, rows, cols)
     if how == "ctrl_l":
         _proxy.write_all(master, b"\x0c")
 
 
-async def run_attached(
-    client: Client,
+@contextlib.contextmanager
+def _signals_to(fd: int) -> Iterator[None]:
+    """While attached: each watched signal's number is written to ``fd``
+    (the main loop polls it). Afterwards HUP and TERM stay ignored: the
+    command ends right after, once the session is released with its screen
+    (the closed terminal's shell exits after the hangup, and the kernel then
+    hangs up our process group)."""
+    old = {s: signal.signal(s, lambda *_: None) for s in _WATCHED}
+    old_fd = signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        signal.signal(signal.SIGWINCH, old[signal.SIGWINCH])
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def run_attached(
+    client: SyncClient,
     child: ChildInfo,
     master: int,
     *,
@@ -92,16 +114,17 @@ async def run_attached(
 ) -> int:
     """Attach this terminal to ``child`` whose ``master`` we hold (and own).
     A program that exits meanwhile is closed with ``close_exited``.
-    Returns the exit status for the command."""
+    Returns the exit status for the command.
+
+    Two loops: the copy loop (``_proxy.proxy``, in a thread: terminal <->
+    PTY) and this thread's, which answers the daemon's notices (taken
+    elsewhere, exited) and signals (a size change, a hangup), and stops the
+    copy loop through its ``ctl`` pipe.
+    """
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if not os.isatty(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
     name = child.name
-    # A SIGHUP or SIGTERM that comes once the proxy has stopped (the closed
-    # terminal's shell exits after the hangup, and the kernel then hangs up
-    # our process group) must not kill us before the session is released with
-    # its screen. While attached, the signal receiver handles them (and puts
-    # this back on its way out); the command ends right after.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # What this terminal shows, handed back on release so that the next
@@ -110,83 +133,108 @@ async def run_attached(
     shown = OutputBuffer(SCREEN_KEEP)
     shown.append(replay)
     ctl_r, ctl_w = os.pipe()
+    done_r, done_w = os.pipe()
+    sig_r, sig_w = os.pipe()
+    os.set_blocking(sig_w, False)
     outcome = _Outcome()
+    copier: threading.Thread | None = None
     try:
-        with _proxy.raw_terminal(stdin):
+        with _proxy.raw_terminal(stdin), _signals_to(sig_w):
             if replay:
                 _proxy.write_all(stdout, replay)
-            await _redraw(client, child, master, terminal_size(stdin), redraw)
+            _redraw(client, child, master, terminal_size(stdin), redraw)
+            client.deadline = None  # attached: no bound, but the person's
 
-            async def watch() -> None:
-                with trio.open_signal_receiver(
-                    signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM
-                ) as sigs:
-                    async for signum in sigs:
-                        if signum == signal.SIGWINCH:
-                            size = terminal_size(stdin)
-                            if size is not None:
-                                with contextlib.suppress(MultiserverError):
-                                    await client.resize(child.id, *size)
-                            continue
-                        outcome.signal = signum
-                        os.write(ctl_w, b"x")
-                        return
+            def copy() -> None:
+                try:
+                    outcome.reason = _proxy.proxy(master, stdin, stdout, ctl_r, detach_key, shown)
+                finally:
+                    os.write(done_w, b"x")
 
-            async def notices() -> None:
-                async for notice in client.notices:
-                    if notice.id != child.id:
-                        continue
-                    if isinstance(notice, ChildTaken):
-                        outcome.taken = True
-                        outcome.settled.set()
-                        os.write(ctl_w, b"x")
-                        return
-                    if isinstance(notice, ChildExited):
-                        outcome.exit_code = notice.exit_code
-                        outcome.settled.set()
-                        # The PTY may stay open (a grandchild holds it): stop.
-                        os.write(ctl_w, b"x")
-                        return
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch)
-                nursery.start_soon(notices)
-                reason = await trio.to_thread.run_sync(
-                    _proxy.proxy,
-                    master,
-                    stdin,
-                    stdout,
-                    ctl_r,
-                    detach_key,
-                    shown,
-                    abandon_on_cancel=False,
-                )
-                if reason == _proxy.EOF:
-                    with trio.move_on_after(EXIT_NOTICE_WAIT):
-                        await outcome.settled.wait()
-                nursery.cancel_scope.cancel()
+            copier = threading.Thread(target=copy, name="copy", daemon=True)
+            copier.start()
+            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w)
+            copier.join()
+            copier = None
             if outcome.exit_code is not None:
                 _drain_rest(master, stdout)
     finally:
-        os.close(ctl_r)
-        os.close(ctl_w)
-        os.close(master)
+        if copier is not None:  # an error in this thread: stop the copy loop first
+            os.write(ctl_w, b"x")
+            copier.join()
+        for fd in (ctl_r, ctl_w, done_r, done_w, sig_r, sig_w, master):
+            os.close(fd)
 
     if outcome.taken:
         say(f"[{name} attached elsewhere]", _ends_line(shown))
         return 0
     if outcome.exit_code is not None:
         code = outcome.exit_code
-        await close_exited(client, child)
+        close_exited(client, child)
         say(f"[{name} exited with code {code}]", _ends_line(shown))
         return exit_status(code)
-    await client.release([child.id], replace_output=shown.peek()[0])
+    client.release([child.id], replace_output=shown.peek()[0])
     if outcome.signal is not None:
         return 128 + outcome.signal
-    if reason == _proxy.TERMINAL_GONE:
+    if outcome.reason == _proxy.TERMINAL_GONE:
         return 1
     say(f"[detached from {name}]", _ends_line(shown))
     return 0
+
+
+def _watch(
+    client: SyncClient,
+    child: ChildInfo,
+    stdin: int,
+    outcome: _Outcome,
+    sig_r: int,
+    done_r: int,
+    ctl_w: int,
+) -> None:
+    """Until the copy loop returns: answer notices and signals; stop the
+    copy loop (``ctl_w``) when the session is taken, exits or we are told to
+    go. After a PTY EOF, wait a while for the exit notice."""
+    watched = [done_r, sig_r, client.fileno()]
+    stopping = False
+    while True:
+        ready, _, _ = select.select(watched, [], [])
+        if client.fileno() in ready:
+            try:
+                client.read_notices()
+            except ConnectionClosed:
+                # The daemon is gone; the session goes on through our fd.
+                watched.remove(client.fileno())
+            while client.notices:
+                notice = client.notices.popleft()
+                if notice.id != child.id or stopping:
+                    continue
+                if isinstance(notice, ChildTaken):
+                    outcome.taken = True
+                elif isinstance(notice, ChildExited):
+                    # The PTY may stay open (a grandchild holds it): stop.
+                    outcome.exit_code = notice.exit_code
+                os.write(ctl_w, b"x")
+                stopping = True
+        if sig_r in ready:
+            for signum in os.read(sig_r, 64):
+                if signum == signal.SIGWINCH:
+                    size = terminal_size(stdin)
+                    if size is not None and not stopping:
+                        with contextlib.suppress(ConnectionClosed):
+                            client.send_resize(child.id, *size)
+                elif not stopping:
+                    outcome.signal = signum
+                    os.write(ctl_w, b"x")
+                    stopping = True
+        if done_r in ready:
+            break
+    if outcome.reason == _proxy.EOF and outcome.exit_code is None and not outcome.taken:
+        until = time.monotonic() + EXIT_NOTICE_WAIT
+        with contextlib.suppress(ConnectionClosed):
+            while (late := client.wait_notice(until)) is not None:
+                if late.id == child.id and isinstance(late, ChildExited):
+                    outcome.exit_code = late.exit_code
+                    break
 
 
 def _drain_rest(master: int, stdout: int) -> None:
@@ -202,8 +250,8 @@ def _drain_rest(master: int, stdout: int) -> None:
         _proxy.write_all(stdout, data)
 
 
-async def attach_exited(
-    client: Client,
+def attach_exited(
+    client: SyncClient,
     child: ChildInfo,
     replay: bytes,
     say: Say,
@@ -213,6 +261,6 @@ async def attach_exited(
     if replay:
         _proxy.write_all(sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
-    await close_exited(client, child)
+    close_exited(client, child)
     say(f"[{child.name} exited with code {code}]", not replay or replay.endswith(b"\n"))
     return exit_status(code)

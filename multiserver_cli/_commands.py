@@ -1,6 +1,11 @@
-"""The subcommands. Each is ``async def cmd_X(args) -> exit status``; errors
-are raised as CliError (or the library's MultiserverError) and turned into one
-line by ``main``. Every wait on a daemon is bounded, except being attached."""
+"""The subcommands that need a daemon round trip or two and no concurrency:
+``daemon``, ``stop``, ``new``, ``attach``, ``ls``, ``peek``, ``kill``, ``save``. Each is
+``def cmd_X(args) -> exit status``, blocking, on the blocking client: they
+import no trio, so they start in a fraction of the time. Errors are raised as
+CliError (or the library's MultiserverError) and turned into one line by
+``main``. Every wait on a daemon is bounded (REQUEST_TIMEOUT), except being
+attached. Each command opens the saved arrangement once, if it needs it.
+"""
 
 from __future__ import annotations
 
@@ -11,33 +16,38 @@ import signal
 import sys
 import time
 from argparse import Namespace
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
-import trio
 
 from multiserver import (
     ChildInfo,
-    Client,
     DaemonNotRunning,
     DaemonPaths,
     RequestFailed,
-    dial,
-    open_client,
+    SyncClient,
+    TimedOut,
+    dial_blocking,
 )
-from multiserver_cli import _attach, _state
+from multiserver_cli import _state
+from multiserver_cli._errors import CliError
 from multiserver_cli._format import daemon_label, ls_table, print_json
 from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
-    CliError,
+    Located,
     check_name,
     check_name_free,
     find_session,
     saved_names,
     scan,
 )
-from multiserver_cli._state import end_child
+from multiserver_cli._state import end_child, open_store
+from restore import ArrangementStore, RestorationRef
+
+if TYPE_CHECKING:
+    from multiserver_cli._attach import CloseExited
 
 
 def say(line: str, at_line_start: bool = False) -> None:
@@ -60,13 +70,17 @@ def user_shell() -> list[str]:
     return [shell or "/bin/sh"]
 
 
-@contextlib.asynccontextmanager
-async def bounded(what: str) -> AsyncIterator[None]:
-    """Fail with one line if the daemon takes longer than REQUEST_TIMEOUT."""
+def deadline() -> float:
+    """The bound of a command's talk with its daemon, from now."""
+    return time.monotonic() + REQUEST_TIMEOUT
+
+
+@contextlib.contextmanager
+def bounded(what: str) -> Iterator[None]:
+    """TimedOut as one line: the daemon took longer than REQUEST_TIMEOUT."""
     try:
-        with trio.fail_after(REQUEST_TIMEOUT):
-            yield
-    except trio.TooSlowError:
+        yield
+    except TimedOut:
         raise CliError(f"{what}: the daemon did not answer within {REQUEST_TIMEOUT:g} s") from None
 
 
@@ -74,22 +88,25 @@ def _paths(args: Namespace) -> DaemonPaths:
     return DaemonPaths.for_number(args.daemon)
 
 
+def _number(args: Namespace) -> int | None:
+    return args.daemon if args.daemon_given else None
+
+
 # --- daemon, stop --------------------------------------------------------------
 
 
-async def cmd_daemon(args: Namespace) -> int:
-    paths = _paths(args)
-    async with bounded("daemon"), open_client(paths, start=True) as client:
+def cmd_daemon(args: Namespace) -> int:
+    with bounded("daemon"), dial_blocking(_paths(args), start=True, deadline=deadline()) as client:
         print(client.socket_path)
     return 0
 
 
-async def cmd_stop(args: Namespace) -> int:
+def cmd_stop(args: Namespace) -> int:
     paths = _paths(args)
     try:
-        async with bounded("stop"), open_client(paths.socket) as client:
+        with bounded("stop"), dial_blocking(paths.socket, deadline=deadline()) as client:
             try:
-                await client.shutdown(force=args.force)
+                client.shutdown(force=args.force)
             except RequestFailed as exc:
                 raise CliError(exc.message) from None
     except DaemonNotRunning:
@@ -102,30 +119,35 @@ async def cmd_stop(args: Namespace) -> int:
 # --- new, attach ------------------------------------------------------------------
 
 
-async def cmd_new(args: Namespace) -> int:
+def cmd_new(args: Namespace) -> int:
     name = check_name(args.name) if args.name else ""
     if not args.detach and not os.isatty(0):
         # Checked before launching: else the session would be left running, held by nobody.
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
-    if args.attach_existing:
-        if not name:
-            raise CliError("-A needs a session name (-n NAME)", 2)
-        try:
-            await find_session(name, args.daemon if args.daemon_given else None)
-        except CliError:
-            pass
-        else:
-            return await cmd_attach(args)
-    argv = args.command or user_shell()
-    cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
-    size = _attach.terminal_size(0) or (24, 80)
-    paths = _paths(args)
-    if name:
-        await check_name_free(name, paths.socket)
-    async with open_client_bounded(paths, start=True) as client:
-        try:
-            async with bounded("new"):
-                launched = await client.launch(
+    with open_store() as store:
+        if args.attach_existing:
+            if not name:
+                raise CliError("-A needs a session name (-n NAME)", 2)
+            try:
+                found = find_session(name, _number(args), store)
+            except CliError:
+                pass
+            else:
+                return _attach_found(args, found, store)
+        from multiserver_cli import _attach  # only a command that attaches loads it
+
+        argv = args.command or user_shell()
+        cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+        size = _attach.terminal_size(0) or (24, 80)
+        paths = _paths(args)
+        if name:
+            check_name_free(name, paths.socket, store)
+        with (
+            bounded("new"),
+            dial_blocking(paths, start=True, children=False, deadline=deadline()) as client,
+        ):
+            try:
+                launched = client.launch(
                     argv,
                     env=dict(os.environ),
                     cwd=cwd,
@@ -135,58 +157,63 @@ async def cmd_new(args: Namespace) -> int:
                     linger=args.linger,
                     hold=not args.detach,
                 )
-        except RequestFailed as exc:
-            raise CliError(exc.message) from None
-        _state.record_new(launched.child, client.socket_path, client.instance_id, args.window)
-        if args.detach:
-            print(launched.child.name)
-            return 0
-        assert launched.master is not None
-        return await _attach.run_attached(
-            client,
-            launched.child,
-            launched.master,
-            replay=b"",
-            detach_key=args.detach_key,
-            redraw=args.redraw,
-            say=say,
-            close_exited=_state.close_exited,
-        )
+            except RequestFailed as exc:
+                raise CliError(exc.message) from None
+            _state.record_new(
+                store, launched.child, client.socket_path, client.instance_id, args.window, argv
+            )
+            if args.detach:
+                print(launched.child.name)
+                return 0
+            assert launched.master is not None
+            return _attach.run_attached(
+                client,
+                launched.child,
+                launched.master,
+                replay=b"",
+                detach_key=args.detach_key,
+                redraw=args.redraw,
+                say=say,
+                close_exited=_closer(store),
+            )
 
 
-@contextlib.asynccontextmanager
-async def open_client_bounded(paths: DaemonPaths, *, start: bool) -> AsyncIterator[Client]:
-    """open_client whose connect (and start) is bounded; the session after
-    that is not."""
-    async with bounded("connect"):
-        client = await dial(paths, start=start)
-    async with client:
-        yield client
+def _closer(store: ArrangementStore | None) -> CloseExited:
+    return lambda client, child: _state.close_exited(store, client, child)
 
 
-async def cmd_attach(args: Namespace) -> int:
+def cmd_attach(args: Namespace) -> int:
     name = check_name(args.name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    found = await find_session(name, args.daemon if args.daemon_given else None)
-    async with open_client_bounded(DaemonPaths.for_socket(found.socket), start=False) as client:
-        async with bounded("attach"):
-            # keep_output: if this client dies before it releases, the
-            # daemon still has the output it was about to show.
-            (result,) = await client.claim([found.child.id], steal=True, keep_output=True)
+    with open_store() as store:
+        return _attach_found(args, find_session(name, _number(args), store), store)
+
+
+def _attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
+    from multiserver_cli import _attach
+
+    name = found.child.name
+    with (
+        bounded("attach"),
+        dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+    ):
+        # keep_output: if this client dies before it releases, the daemon
+        # still has the output it was about to show.
+        (result,) = client.claim([found.child.id], steal=True, keep_output=True)
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
         child = attrs.evolve(result.child, name=name)  # the name the user knows it by
-        replay = _state.take_notice(name) + result.output
+        replay = _state.take_notice(store, name) + result.output
         if result.dropped:
             replay = (
                 f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
                 + replay
             )
         if result.master is None:
-            return await _attach.attach_exited(client, child, replay, say, _state.close_exited)
-        return await _attach.run_attached(
+            return _attach.attach_exited(client, child, replay, say, _closer(store))
+        return _attach.run_attached(
             client,
             child,
             result.master,
@@ -194,7 +221,7 @@ async def cmd_attach(args: Namespace) -> int:
             detach_key=args.detach_key,
             redraw=args.redraw,
             say=say,
-            close_exited=_state.close_exited,
+            close_exited=_closer(store),
         )
 
 
@@ -226,11 +253,12 @@ def child_json(
     }
 
 
-async def cmd_ls(args: Namespace) -> int:
-    result = await scan(args.daemon if args.daemon_given else None)
+def cmd_ls(args: Namespace) -> int:
+    result = scan(_number(args))
     for problem in result.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
-    saved = saved_names()
+    with open_store() as store:
+        saved = saved_names(store)
     # Each child under the name `attach` takes: its saved session's, if any.
     rows: list[tuple[Path, str, ChildInfo, bool]] = []
     for d in result.daemons:
@@ -255,12 +283,16 @@ async def cmd_ls(args: Namespace) -> int:
     return 1 if result.problems else 0
 
 
-async def cmd_peek(args: Namespace) -> int:
+def cmd_peek(args: Namespace) -> int:
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
-    found = await find_session(args.name, args.daemon if args.daemon_given else None)
-    async with bounded("peek"), open_client(found.socket) as client:
-        result = await client.peek(found.child.id, args.bytes)
+    with open_store() as store:
+        found = find_session(args.name, _number(args), store)
+    with (
+        bounded("peek"),
+        dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+    ):
+        result = client.peek(found.child.id, args.bytes)
     sys.stdout.buffer.write(result.output)
     sys.stdout.buffer.flush()
     return 0
@@ -281,30 +313,81 @@ def parse_signal(spec: str) -> int:
     return num
 
 
-async def cmd_kill(args: Namespace) -> int:
+def cmd_kill(args: Namespace) -> int:
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
-    await _state.finish_pending_closes()
-    found = await find_session(args.name, args.daemon if args.daemon_given else None)
-    child = found.child
-    only_signal = args.signal is not None
-    # The durable close: staged first, so a crash from here on is finished
-    # by the next run (a bare signal closes nothing unless the child ends).
-    staged = None if only_signal else _state.stage_close(found.socket, found.instance_id, child)
-    async with bounded("kill"), open_client(found.socket) as client:
-        code = child.exit_code
-        if child.state == "running":
-            code = await end_child(client, child.id, signum, escalate=not only_signal)
-        if code is None:
-            print(
-                f"sent {signal.Signals(signum).name} to {child.name}; it is still running",
-                file=sys.stderr,
-            )
-            return 0
-        if only_signal:
-            staged = _state.stage_close(found.socket, found.instance_id, child)
-        with contextlib.suppress(RequestFailed):
-            await client.collect(child.id)
-    if staged is not None:
-        _state.complete_close(staged.name, staged.ref)
+    with open_store() as store:
+        _state.finish_pending_closes(store)
+        found = find_session(args.name, _number(args), store)
+        child = found.child
+        only_signal = args.signal is not None
+        # The durable close: staged first, so a crash from here on is finished
+        # by the next run (a bare signal closes nothing unless the child ends).
+        staged = (
+            None
+            if only_signal
+            else _state.stage_close(store, found.socket, found.instance_id, child)
+        )
+        with (
+            bounded("kill"),
+            dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+        ):
+            code = _end(client, child, signum, only_signal)
+            if code is None:
+                print(
+                    f"sent {signal.Signals(signum).name} to {child.name}; it is still running",
+                    file=sys.stderr,
+                )
+                return 0
+            if only_signal:
+                staged = _state.stage_close(store, found.socket, found.instance_id, child)
+            with contextlib.suppress(RequestFailed):
+                client.collect(child.id)
+        if staged is not None:
+            _state.complete_close(store, staged.name, staged.ref)
     print(f"{child.name}: ended (exit code {code})", file=sys.stderr)
+    return 0
+
+
+def _end(client: SyncClient, child: ChildInfo, signum: int, only_signal: bool) -> int | None:
+    if child.state != "running":
+        return child.exit_code
+    # The signal, then the wait for its notice: SIGKILL 3 s later at worst.
+    client.deadline = None
+    return end_child(client, child.id, signum, escalate=not only_signal)
+
+
+# --- save -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Refresh:
+    cwd: str | None
+    title: str | None
+
+
+def cmd_save(args: Namespace) -> int:
+    """Refresh every live session's cwd (the foreground process's, where the
+    OS tells it) and title (its foreground command) in the arrangement."""
+    refresh: dict[tuple[str, str, int], _Refresh] = {}
+    for d in scan(_number(args), foreground=True).daemons:
+        for c in d.children:
+            title = " ".join(c.fg_argv) if c.fg_argv else None
+            refresh[(str(d.socket), d.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
+    changed = 0
+    with _state.open_store() as store:
+        if store is None:
+            return 1
+        arrangement = store.load()
+        for leaf in arrangement.leaves():
+            ref: RestorationRef | None = leaf.ref
+            if ref is None:
+                continue
+            r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
+            if r is None:
+                continue
+            new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
+            if new != leaf:
+                store.update_session(new)
+                changed += 1
+    print(f"saved {changed} session(s)", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""``multiserver restore`` (run it at login) and ``multiserver save``."""
+"""``multiserver restore`` (run it at login) and ``multiserver orphans``: the
+commands that talk to many daemons at once, on trio."""
 
 from __future__ import annotations
 
@@ -6,16 +7,12 @@ import sys
 from argparse import Namespace
 from pathlib import Path
 
-import attrs
 import trio
 
 from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
-from multiserver import MultiserverError, dial
-from multiserver._paths import find_sockets
 from multiserver_cli import _state
+from multiserver_cli._errors import CliError
 from multiserver_cli._format import print_json, table
-from multiserver_cli._sessions import SCAN_TIMEOUT, CliError
-from restore import RestorationRef
 from restore._build import RestoredSession
 from restore._partial import DaemonAttachment
 from restore._plan import Options
@@ -59,11 +56,11 @@ def _arrival_line(att: DaemonAttachment) -> str:
 async def cmd_restore(args: Namespace) -> int:
     if args.timeout <= 0:
         raise CliError("--timeout must be > 0", 2)
-    await _state.finish_pending_closes()
     late_rows: list[SweepRow] = []
     with _state.open_store() as store:
         if store is None:
             return 1
+        _state.finish_pending_closes(store)
         arrangement = store.load()
         total = len(arrangement.leaves())
         sink = StoreSink(store)
@@ -181,50 +178,4 @@ async def cmd_orphans(args: Namespace) -> int:
         )
     else:
         print("no daemons found", file=sys.stderr)
-    return 0
-
-
-@attrs.frozen
-class _Refresh:
-    cwd: str | None
-    title: str | None
-
-
-async def cmd_save(args: Namespace) -> int:
-    """Refresh every live session's cwd (the foreground process's, where the
-    OS tells it) and title (its foreground command) in the arrangement."""
-    refresh: dict[tuple[str, str, int], _Refresh] = {}
-
-    async def ask(sock: Path) -> None:
-        with trio.move_on_after(SCAN_TIMEOUT):
-            try:
-                client = await dial(sock)
-            except MultiserverError:
-                return
-            async with client:
-                for c in await client.list(foreground=True):
-                    title = " ".join(c.fg_argv) if c.fg_argv else None
-                    refresh[(str(sock), client.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
-
-    async with trio.open_nursery() as nursery:
-        for sock in find_sockets():
-            nursery.start_soon(ask, sock)
-    changed = 0
-    with _state.open_store() as store:
-        if store is None:
-            return 1
-
-        arrangement = store.load()
-        for leaf in arrangement.leaves():
-            ref: RestorationRef | None = leaf.ref
-            if ref is None:
-                continue
-            r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
-            if r is None:
-                continue
-            new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
-            if new != leaf:
-                store.update_session(new)
-                changed += 1
-    print(f"saved {changed} session(s)", file=sys.stderr)
     return 0

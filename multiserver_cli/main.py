@@ -14,12 +14,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-import trio
-
-from multiserver import MultiserverError
+from multiserver._errors import MultiserverError
 from multiserver._paths import LockBusy, default_daemon_number
+from multiserver_cli._errors import CliError
 from multiserver_cli._proxy import parse_key
-from multiserver_cli._sessions import CliError
 
 DEFAULT_DETACH = "^\\"
 
@@ -196,8 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Each command's module is imported when it runs: a fresh `multiserver
-# restore` at login does not pay for the attach client's imports.
+# Each command's module is imported when it runs. The commands of
+# ``_commands`` are blocking and import no trio (a command is mostly the
+# interpreter's start-up: trio alone would double it); ``restore`` and
+# ``orphans`` talk to many daemons at once, on trio.
 COMMANDS: dict[str, tuple[str, str]] = {
     "daemon": ("_commands", "cmd_daemon"),
     "new": ("_commands", "cmd_new"),
@@ -206,18 +206,33 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "peek": ("_commands", "cmd_peek"),
     "kill": ("_commands", "cmd_kill"),
     "stop": ("_commands", "cmd_stop"),
+    "save": ("_commands", "cmd_save"),
     "restore": ("_restore_cmd", "cmd_restore"),
-    "save": ("_restore_cmd", "cmd_save"),
     "orphans": ("_restore_cmd", "cmd_orphans"),
 }
+ON_TRIO = frozenset({"_restore_cmd"})
 
 
-def command(name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
+Handler = Callable[[argparse.Namespace], int | Awaitable[int]]
+
+
+def command(name: str) -> Handler:
     module, func = COMMANDS[name]
-    handler: Callable[[argparse.Namespace], Awaitable[int]] = getattr(
-        importlib.import_module(f"multiserver_cli.{module}"), func
-    )
+    handler: Handler = getattr(importlib.import_module(f"multiserver_cli.{module}"), func)
     return handler
+
+
+def run(name: str, args: argparse.Namespace) -> int:
+    """Run command ``name``: directly, or under trio if it is async."""
+    handler = command(name)
+    if COMMANDS[name][0] in ON_TRIO:
+        import trio
+
+        status: int = trio.run(handler, args)  # type: ignore[arg-type]
+        return status
+    result = handler(args)
+    assert isinstance(result, int)
+    return result
 
 
 def _normalize(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -255,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.cmd == "daemon" and args.foreground:
             status = _foreground(args)
         else:
-            status = trio.run(command(args.cmd), args)
+            status = run(args.cmd, args)
     except CliError as exc:
         print(f"multiserver: {exc}", file=sys.stderr)
         sys.exit(exc.status)

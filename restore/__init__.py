@@ -12,27 +12,62 @@ Public API (everything else is private and may change)::
 See docs/restore.md.
 """
 
-from restore._build import RestoredSession
-from restore._model import (
-    SCROLLBACK_LIMIT,
-    Arrangement,
-    RestorationRef,
-    SessionLeaf,
-    Split,
-    Tab,
-    Window,
-    bounded_scrollback,
-)
-from restore._partial import DaemonAttachment, PhaseResult
-from restore._plan import ATTACH_SHARE, OUTCOMES, Options, Outcome
-from restore._restore import RestoreResult, close_late, release_claims, restore_arrangement
-from restore._store import (
-    ArrangementStore,
-    PendingClose,
-    StoreCorrupt,
-    StoreError,
-    StoreTooNew,
-)
+from typing import TYPE_CHECKING
+
+from multiserver._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from restore._build import RestoredSession
+    from restore._model import (
+        SCROLLBACK_LIMIT,
+        Arrangement,
+        RestorationRef,
+        SessionLeaf,
+        Split,
+        Tab,
+        Window,
+        bounded_scrollback,
+    )
+    from restore._partial import DaemonAttachment, PhaseResult
+    from restore._plan import ATTACH_SHARE, OUTCOMES, Options, Outcome
+    from restore._restore import RestoreResult, close_late, release_claims, restore_arrangement
+    from restore._store import (
+        ArrangementStore,
+        PendingClose,
+        StoreCorrupt,
+        StoreError,
+        StoreTooNew,
+    )
+
+# Names load on first use: the command line's fast path reads the store
+# without importing the restore machinery (and trio).
+_HOMES: dict[str, str] = {
+    "ATTACH_SHARE": "restore._plan",
+    "Arrangement": "restore._model",
+    "ArrangementStore": "restore._store",
+    "DaemonAttachment": "restore._partial",
+    "OUTCOMES": "restore._plan",
+    "Options": "restore._plan",
+    "Outcome": "restore._plan",
+    "PendingClose": "restore._store",
+    "PhaseResult": "restore._partial",
+    "RestorationRef": "restore._model",
+    "RestoreResult": "restore._restore",
+    "RestoredSession": "restore._build",
+    "SCROLLBACK_LIMIT": "restore._model",
+    "SessionLeaf": "restore._model",
+    "Split": "restore._model",
+    "StoreCorrupt": "restore._store",
+    "StoreError": "restore._store",
+    "StoreTooNew": "restore._store",
+    "Tab": "restore._model",
+    "Window": "restore._model",
+    "bounded_scrollback": "restore._model",
+    "close_late": "restore._restore",
+    "release_claims": "restore._restore",
+    "restore_arrangement": "restore._restore",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
 
 __all__ = [
     "ATTACH_SHARE",

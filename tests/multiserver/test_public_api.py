@@ -26,3 +26,17 @@ def test_the_daemon_does_not_import_the_client_library() -> None:
     ).stdout
     assert "multiserver._daemon_main" in out
     assert "multiserver._client" not in out and "multiserver._start" not in out
+
+
+def test_the_fast_commands_import_no_trio() -> None:
+    """attach, new, ls, peek, kill, stop, daemon and save run on the blocking
+    client: trio alone would double their start-up."""
+    code = (
+        "import sys, importlib; importlib.import_module('multiserver_cli._commands'); "
+        "from multiserver_cli import main; main.build_parser(); "
+        "print(sorted(m for m in ('trio', 'restore._restore', 'adopter') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,198 @@
+"""Starting a daemon and connecting to it, without an event loop.
+
+The steps of connect-or-start are here once; ``_start`` drives them with
+trio (the library), ``connect_or_start_blocking`` with plain blocking calls
+and a deadline (the command line's fast path, which never imports trio):
+
+    connect ── refused/no file ──▶ prepare dirs ─▶ take the lock (busy: poll)
+       ▲                            ─▶ a live daemon answers? connect to it
+       └── ready ◀── read the ready pipe ◀── spawn (it inherits the lock)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import socket
+import sys
+import time
+from pathlib import Path
+
+from multiserver._config import DaemonConfig, config_args, config_from_env
+from multiserver._errors import (
+    DaemonAlreadyRunning,
+    DaemonNotRunning,
+    MultiserverError,
+    UnsafeDirectory,
+)
+from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
+from multiserver._stale import remove_stale_socket
+
+# While another process holds the lock (a daemon starting or exiting), poll
+# the socket at this interval. The caller's deadline bounds the wait.
+LOCK_POLL = 0.005
+
+
+class TimedOut(MultiserverError):
+    """A blocking call ran past the caller's deadline."""
+
+
+def check_connectable(path: Path) -> None:
+    """Before connecting: DaemonNotRunning if there is no socket,
+    UnsafeDirectory if it or its dir fails the ownership checks (it is then
+    never connected to)."""
+    try:
+        check_socket(path)
+    except UnsafeDirectory as exc:
+        if not os.path.lexists(path) and path.parent.is_dir():
+            raise DaemonNotRunning(f"no daemon at {path}") from exc
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise DaemonNotRunning(f"no daemon at {path}") from exc
+        raise
+
+
+def connect_error(path: Path, exc: OSError) -> MultiserverError:
+    """A failed connect, as the project's own error."""
+    if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):
+        return DaemonNotRunning(f"no daemon at {path}")
+    return MultiserverError(f"cannot connect to {path}: {exc.strerror}")
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left before ``deadline`` (time.monotonic); TimedOut past it."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimedOut("the daemon did not answer in time")
+    return left
+
+
+def connect_blocking(path: Path, deadline: float | None = None) -> socket.socket:
+    """A blocking connected socket to the daemon at ``path``; never starts
+    one. Raises as ``check_connectable`` and ``connect_error`` say, or
+    TimedOut."""
+    check_connectable(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(remaining(deadline))
+        sock.connect(str(path))
+    except TimeoutError:
+        sock.close()
+        raise TimedOut(f"{path}: the daemon did not accept in time") from None
+    except OSError as exc:
+        sock.close()
+        raise connect_error(path, exc) from exc
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def spawn_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -> tuple[int, int]:
+    """Spawn a detached daemon that inherits ``lock_fd`` (locked by the
+    caller); returns (its pid, the read end of its ready pipe, the
+    caller's to close). Read one line from it (``ready_pid``)."""
+    rd, wr = os.pipe()
+    try:
+        argv = [
+            sys.executable,
+            "-m",
+            "multiserver",
+            "--socket",
+            str(paths.socket),
+            "--ready-fd",
+            str(wr),
+            "--lock-fd",
+            str(lock_fd),
+            "--state-dir",
+            str(paths.state_dir),
+            *config_args(config),
+        ]
+        os.set_inheritable(wr, True)
+        os.set_inheritable(lock_fd, True)
+        try:
+            pid = os.posix_spawn(
+                sys.executable,
+                argv,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
+                    (os.POSIX_SPAWN_DUP2, 0, 1),
+                    (os.POSIX_SPAWN_DUP2, 0, 2),
+                ],
+                setsid=True,
+            )
+        finally:
+            os.set_inheritable(lock_fd, False)
+    except BaseException:
+        os.close(rd)
+        raise
+    finally:
+        os.close(wr)
+    return pid, rd
+
+
+def ready_pid(line: str, pid: int, paths: DaemonPaths) -> int:
+    """The daemon's pid from its ready line. The session leader it was
+    spawned as has exited by then (or died): reap exactly it. Raises
+    DaemonAlreadyRunning if it found a live daemon on the socket path (its
+    lock file was deleted) and did not start, MultiserverError with the
+    daemon's own one-line reason if it failed."""
+    os.waitpid(pid, 0)
+    if line.startswith("R"):
+        return int(line[1:])
+    if line.startswith("L"):
+        raise DaemonAlreadyRunning(line[1:])
+    reason = line[1:] if line.startswith("E") else "exited before it was ready"
+    raise MultiserverError(f"daemon failed to start: {reason} (log: {paths.log})")
+
+
+def read_line(fd: int, deadline: float | None) -> str:
+    """One line from the ready pipe, blocking until ``deadline``."""
+    data = b""
+    while not data.endswith(b"\n"):
+        left = remaining(deadline)
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue  # ``remaining`` raises once past the deadline
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def connect_or_start_blocking(
+    paths: DaemonPaths, config: DaemonConfig | None = None, deadline: float | None = None
+) -> socket.socket:
+    """``_start.connect_or_start`` with blocking calls, until ``deadline``
+    (time.monotonic; TimedOut past it).
+
+    A daemon this call started keeps running if the deadline passes (it
+    exits by itself when idle); nothing else is left behind.
+    """
+    while True:
+        try:
+            return connect_blocking(paths.socket, deadline)
+        except DaemonNotRunning:
+            pass
+        paths.prepare()
+        try:
+            lock_fd = try_lock(paths.lock)
+        except LockBusy:
+            time.sleep(min(LOCK_POLL, remaining(deadline) or LOCK_POLL))
+            continue
+        try:
+            if remove_stale_socket(paths.socket) != "live":
+                pid, rd = spawn_daemon(paths, lock_fd, config or config_from_env())
+                try:
+                    line = read_line(rd, deadline)
+                finally:
+                    os.close(rd)
+                ready_pid(line, pid, paths)
+        except DaemonAlreadyRunning:
+            pass  # it answers on the socket: connect to it
+        finally:
+            os.close(lock_fd)

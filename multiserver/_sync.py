@@ -1,0 +1,415 @@
+"""A blocking client: one request at a time, over the same codec and the
+same system calls as the trio client, for programs that need one or two
+round trips and no event loop (the command line's ``ls``, ``new``,
+``attach``... start in a fraction of the time when they import no trio).
+
+Callers own deadlines: ``SyncClient.deadline`` (``time.monotonic``) bounds
+every wait of the requests made while it is set, which raise ``TimedOut``
+past it; None waits for ever.
+
+fd ownership: every master fd a method returns is the caller's to close.
+Pushed notices (``ChildExited``, ``ChildTaken``) that arrive while a request
+waits are kept in ``notices``, in order.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import select
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from multiserver._codec import NEED_DATA, Codec, Event, ProtocolError, close_fds
+from multiserver._config import DaemonConfig
+from multiserver._errors import (
+    ChildFailed,
+    ConnectionClosed,
+    DaemonNotRunning,
+    PeerProtocolError,
+    RequestFailed,
+)
+from multiserver._messages import (
+    ChildError,
+    ChildExited,
+    ChildInfo,
+    Children,
+    ChildTaken,
+    Claim,
+    Claimed,
+    Collect,
+    Collected,
+    Error,
+    Launch,
+    Launched,
+    ListChildren,
+    Message,
+    Ok,
+    Peek,
+    Peeked,
+    Release,
+    Released,
+    Resize,
+    Shutdown,
+    Signal,
+    Welcome,
+)
+from multiserver._paths import DaemonPaths
+from multiserver._results import (
+    ClaimResult,
+    LaunchResult,
+    PeekResult,
+    WelcomeReader,
+    claim_results,
+    hello,
+)
+from multiserver._sockio import receive_chunk, rights, send_some
+from multiserver._spawn import TimedOut, connect_blocking, connect_or_start_blocking, remaining
+
+Notice = ChildExited | ChildTaken
+
+
+class _Channel:
+    """A blocking socket and its codec: whole frames out, events in."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.codec = Codec("client")
+        self.deadline: float | None = None
+
+    def send(self, msg: Message) -> None:
+        view = memoryview(self.codec.send(msg))
+        while view:
+            self.sock.settimeout(remaining(self.deadline))
+            try:
+                view = view[send_some(self.sock, view, rights(())) :]
+            except TimeoutError:
+                raise TimedOut("the daemon did not read our request in time") from None
+
+    def next_event(self, *, wait: bool = True) -> Event | None:
+        """The next event; with ``wait`` false, None when no whole frame is
+        there yet. Raises ConnectionClosed, PeerProtocolError, TimedOut."""
+        while True:
+            try:
+                event = self.codec.next_event()
+            except ProtocolError as exc:
+                raise PeerProtocolError(str(exc)) from exc
+            if event is not NEED_DATA:
+                assert isinstance(event, Event)
+                return event
+            if not wait and not select.select([self.sock], [], [], 0)[0]:
+                return None
+            self.sock.settimeout(remaining(self.deadline))
+            try:
+                data, fds, truncated = receive_chunk(self.sock)
+            except TimeoutError:
+                raise TimedOut("the daemon did not answer in time") from None
+            if not data and not fds:
+                midway = self.codec.buffered
+                self.codec.close()
+                raise ConnectionClosed(
+                    "connection closed in the middle of a frame"
+                    if midway
+                    else "connection closed by peer"
+                )
+            try:
+                self.codec.receive_data(data, fds, truncated=truncated)
+            except ProtocolError as exc:
+                raise PeerProtocolError(str(exc)) from exc
+
+    def close(self) -> None:
+        self.codec.close()
+        self.sock.close()
+
+
+class SyncClient:
+    """A blocking connection to one daemon, after the handshake. Build it
+    with ``dial_blocking``; ``close`` (or leaving a ``with`` block) hangs up,
+    which releases every child it still holds."""
+
+    def __init__(self, channel: _Channel, welcome: Welcome, socket_path: Path) -> None:
+        self._channel = channel
+        self.welcome = welcome
+        self.socket_path = socket_path
+        self._reqs = itertools.count(1)
+        self._ignored: set[int] = set()  # requests whose replies nobody reads
+        self.notices: collections.deque[Notice] = collections.deque()
+
+    @property
+    def deadline(self) -> float | None:
+        return self._channel.deadline
+
+    @deadline.setter
+    def deadline(self, value: float | None) -> None:
+        self._channel.deadline = value
+
+    @property
+    def instance_id(self) -> str:
+        return self.welcome.instance_id
+
+    @property
+    def daemon_pid(self) -> int:
+        return self.welcome.pid
+
+    def fileno(self) -> int:
+        """The socket, to wait on with ``poll`` before ``read_notices``."""
+        return self._channel.sock.fileno()
+
+    # --- plumbing -------------------------------------------------------------
+
+    def _route(self, event: Event) -> Event | None:
+        """A notice goes to ``notices``; a reply to an ignored request is
+        dropped; anything else is returned."""
+        msg = event.message
+        if isinstance(msg, ChildExited | ChildTaken):
+            self.notices.append(msg)
+            return None
+        req = getattr(msg, "req", None)
+        if req is None:  # the daemon reports our protocol error and closes
+            assert isinstance(msg, Error)
+            raise PeerProtocolError(msg.message)
+        if req in self._ignored:
+            close_fds(event.fds)
+            if not isinstance(msg, Claimed | Children) or msg.last:
+                self._ignored.discard(req)
+            return None
+        return event
+
+    def _call(self, build: Callable[[int], Message]) -> int:
+        req = next(self._reqs)
+        self._channel.send(build(req))
+        return req
+
+    def _reply(self, req: int) -> Event:
+        """The next frame of the answer to ``req``. Raises RequestFailed for
+        an Error reply."""
+        while True:
+            got = self._channel.next_event()
+            assert got is not None  # waited
+            event = self._route(got)
+            if event is None:
+                continue
+            if getattr(event.message, "req", None) != req:
+                close_fds(event.fds)
+                raise PeerProtocolError(
+                    f"a reply to request {getattr(event.message, 'req', None)}, waiting for {req}"
+                )
+            if isinstance(event.message, Error):
+                close_fds(event.fds)
+                raise RequestFailed(event.message.errno, event.message.message)
+            return event
+
+    def read_notices(self) -> None:
+        """Read whatever the daemon sent, without waiting: notices go to
+        ``notices``; replies to ``send_resize`` are dropped. Raises
+        ConnectionClosed once the daemon is gone."""
+        while (event := self._channel.next_event(wait=False)) is not None:
+            if self._route(event) is not None:
+                close_fds(event.fds)
+
+    # --- requests -------------------------------------------------------------
+
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        name: str = "",
+        linger: float | None = None,
+        hold: bool = True,
+    ) -> LaunchResult:
+        """As ``Client.launch``."""
+        req = self._call(
+            lambda req: Launch(
+                req=req,
+                argv=list(argv),
+                env=dict(os.environ) if env is None else env,
+                cwd=os.getcwd() if cwd is None else cwd,
+                rows=rows,
+                cols=cols,
+                name=name,
+                linger=linger,
+                hold=hold,
+            )
+        )
+        event = self._reply(req)
+        assert isinstance(event.message, Launched)
+        return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
+
+    def claim(
+        self, ids: Sequence[int], *, steal: bool = False, keep_output: bool = False
+    ) -> list[ClaimResult]:
+        """As ``Client.claim``."""
+        req = self._call(
+            lambda req: Claim(req=req, ids=list(ids), steal=steal, keep_output=keep_output)
+        )
+        results: list[ClaimResult] = []
+        try:
+            while True:
+                event = self._reply(req)
+                msg = event.message
+                assert isinstance(msg, Claimed)
+                results += claim_results(msg, event.fds)
+                if msg.last:
+                    return results
+        except BaseException:
+            close_fds([r.master for r in results if r.master is not None])
+            raise
+
+    def release(
+        self, ids: Sequence[int], *, replace_output: bytes | None = None
+    ) -> tuple[list[int], list[ChildFailed]]:
+        """As ``Client.release``."""
+        req = self._call(
+            lambda req: Release(
+                req=req,
+                ids=list(ids),
+                replace_output=replace_output is not None,
+                output=replace_output or b"",
+            )
+        )
+        failures: list[ChildFailed] = []
+        while True:
+            msg = self._reply(req).message
+            if isinstance(msg, ChildError):
+                failures.append(ChildFailed(msg.id, msg.errno, msg.message))
+                continue
+            assert isinstance(msg, Released)
+            return list(msg.ids), failures
+
+    def signal(self, child_id: int, signum: int) -> None:
+        req = self._call(lambda req: Signal(req=req, id=child_id, signum=signum))
+        assert isinstance(self._reply(req).message, Ok)
+
+    def collect(self, child_id: int) -> ChildInfo:
+        req = self._call(lambda req: Collect(req=req, id=child_id))
+        msg = self._reply(req).message
+        assert isinstance(msg, Collected)
+        return msg.child
+
+    def list(self, *, foreground: bool = False) -> list[ChildInfo]:
+        req = self._call(lambda req: ListChildren(req=req, foreground=foreground))
+        children: list[ChildInfo] = []
+        while True:
+            msg = self._reply(req).message
+            assert isinstance(msg, Children)
+            children += msg.children
+            if msg.last:
+                return children
+
+    def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
+        req = self._call(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes))
+        msg = self._reply(req).message
+        assert isinstance(msg, Peeked)
+        return PeekResult(msg.child, msg.output, msg.dropped)
+
+    def resize(self, child_id: int, rows: int, cols: int) -> None:
+        req = self._call(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols))
+        assert isinstance(self._reply(req).message, Ok)
+
+    def send_resize(self, child_id: int, rows: int, cols: int) -> None:
+        """Resize without waiting for the answer (``read_notices`` drops it):
+        for a loop that must not block on the daemon."""
+        req = self._call(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols))
+        self._ignored.add(req)
+
+    def shutdown(self, *, force: bool = False) -> None:
+        req = self._call(lambda req: Shutdown(req=req, force=force))
+        assert isinstance(self._reply(req).message, Ok)
+
+    def wait_notice(self, until: float | None) -> Notice | None:
+        """The next notice, waiting until ``until`` (time.monotonic) at most;
+        None if none came."""
+        while not self.notices:
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if not select.select([self.fileno()], [], [], left)[0]:
+                return None
+            self.read_notices()
+        return self.notices.popleft()
+
+    def close(self) -> None:
+        """Hang up: the daemon releases every child this connection held."""
+        self._channel.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def handshake_blocking(channel: _Channel, *, children: bool = True) -> Welcome:
+    """Hello, then the Welcome (and its pages). Raises as ``WelcomeReader``,
+    or ConnectionClosed / TimedOut."""
+    try:
+        channel.send(hello(children))
+    except ConnectionClosed:
+        pass  # refused before it read us: its Error is there to read
+    reader = WelcomeReader()
+    while True:
+        event = channel.next_event()
+        assert event is not None
+        close_fds(event.fds)
+        welcome = reader.feed(event.message)
+        if welcome is not None:
+            return welcome
+
+
+def dial_blocking(
+    paths: DaemonPaths | Path,
+    *,
+    start: bool = False,
+    config: DaemonConfig | None = None,
+    children: bool = True,
+    deadline: float | None = None,
+) -> SyncClient:
+    """Connect (with ``start``, starting the daemon if none runs) and say
+    hello, all before ``deadline`` (time.monotonic). The client keeps the
+    deadline for its requests; set ``client.deadline`` to change it.
+
+    Past the deadline: TimedOut, and nothing is left open (a daemon it
+    started keeps running).
+    """
+    if isinstance(paths, Path):
+        if start:
+            raise ValueError("start=True needs DaemonPaths")
+        socket_path = paths
+    else:
+        socket_path = paths.socket
+    attempts = 0
+    while True:
+        attempts += 1
+        if start and isinstance(paths, DaemonPaths):
+            sock = connect_or_start_blocking(paths, config, deadline)
+        else:
+            sock = connect_blocking(socket_path, deadline)
+        channel = _Channel(sock)
+        channel.deadline = deadline
+        try:
+            welcome = handshake_blocking(channel, children=children)
+        except ConnectionClosed:
+            channel.close()
+            if not start:
+                raise
+            # A daemon that was exiting when we connected; start another.
+            if attempts >= 5:
+                raise DaemonNotRunning(f"daemon at {socket_path} closed the connection") from None
+            continue
+        except BaseException:
+            channel.close()
+            raise
+        return SyncClient(channel, welcome, socket_path)
