@@ -22,6 +22,7 @@ from types import FrameType, ModuleType
 from benchmarks import (
     attached,
     claim,
+    commands,
     drain,
     echo,
     launch,
@@ -56,6 +57,7 @@ MODULES: tuple[ModuleType, ...] = (
     reattach,
     restoring,
     drain,
+    commands,
 )
 RUNS = 7
 QUICK_RUNS = 3

@@ -205,8 +205,9 @@ class SyncClient:
 
     def read_notices(self) -> None:
         """Read whatever the daemon sent, without waiting: notices go to
-        ``notices``; replies to ``send_resize`` are dropped. Raises
-        ConnectionClosed once the daemon is gone."""
+        ``notices``; replies to ``send_resize`` are dropped. A notice that
+        came with the last reply is already read: call this before waiting
+        on ``fileno()``. Raises ConnectionClosed once the daemon is gone."""
         while (event := self._channel.next_event(wait=False)) is not None:
             if self._route(event) is not None:
                 close_fds(event.fds)
@@ -327,14 +328,14 @@ class SyncClient:
     def wait_notice(self, until: float | None) -> Notice | None:
         """The next notice, waiting until ``until`` (time.monotonic) at most;
         None if none came."""
-        while not self.notices:
+        while True:
+            self.read_notices()  # what the codec holds already, then the socket
+            if self.notices:
+                return self.notices.popleft()
             left = None if until is None else until - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            if not select.select([self.fileno()], [], [], left)[0]:
-                return None
-            self.read_notices()
-        return self.notices.popleft()
+            select.select([self.fileno()], [], [], left)
 
     def close(self) -> None:
         """Hang up: the daemon releases every child this connection held."""

@@ -197,10 +197,9 @@ def _watch(
     watched = [done_r, sig_r, client.fileno()]
     stopping = False
     while True:
-        ready, _, _ = select.select(watched, [], [])
-        if client.fileno() in ready:
+        if client.fileno() in watched:
             try:
-                client.read_notices()
+                client.read_notices()  # a notice may have come with a reply
             except ConnectionClosed:
                 # The daemon is gone; the session goes on through our fd.
                 watched.remove(client.fileno())
@@ -215,6 +214,7 @@ def _watch(
                     outcome.exit_code = notice.exit_code
                 os.write(ctl_w, b"x")
                 stopping = True
+        ready, _, _ = select.select(watched, [], [])
         if sig_r in ready:
             for signum in os.read(sig_r, 64):
                 if signum == signal.SIGWINCH:

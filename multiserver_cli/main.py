@@ -22,6 +22,19 @@ from multiserver_cli._proxy import parse_key
 DEFAULT_DETACH = "^\\"
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse makes a formatter for every argument it adds (to check it),
+    and a formatter with no width imports shutil (5 ms, with its compression
+    modules) to ask for the terminal's: ask the OS directly."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = os.get_terminal_size(sys.stdout.fileno()).columns
+        except (OSError, ValueError):
+            columns = int(os.environ.get("COLUMNS", "80") or 80)
+        super().__init__(prog, width=max(columns, 40) - 2)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line, like every other error."""
 
@@ -56,7 +69,7 @@ def _sub(
         help=help,
         description=help,
         epilog=f"example:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
 
 
@@ -65,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="multiserver",
         description="Terminal sessions that outlive their terminal. With no command: attach to the session 'main', creating it if needed.",
         epilog="examples:\n  multiserver                 # the session 'main'\n  multiserver new -d -n build -- make\n  multiserver ls\n  multiserver attach build",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     parser.add_argument(
         "--daemon", type=int, metavar="N", help="use daemon N (default: $MULTISERVER_DAEMON or 1)"

@@ -122,6 +122,9 @@ async def test_child_env_fds_and_signal_dispositions(daemon: RunningDaemon) -> N
         try:
             for launched in (bare, own_term, inherited):
                 pid = launched.child.pid
+                # Until it has exec'd, /proc shows the spawning daemon's own
+                # environment: wait for the program itself.
+                await wait_until(lambda p=pid: _comm(p) == "sleep", message=f"{pid} exec")
                 child_env = _environ(pid)
                 assert child_env.get("TERM"), child_env
                 assert not [k for k in child_env if k.startswith("MULTISERVER_")]
@@ -138,6 +141,11 @@ async def test_child_env_fds_and_signal_dispositions(daemon: RunningDaemon) -> N
             assert _environ(own_term.child.pid)["TERM"] == "vt100"
         finally:
             close_fd(bare.master)
+
+
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
 
 
 def _environ(pid: int) -> dict[str, str]:
