@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         open_client,
     )
     from multiserver._config import DaemonConfig
+    from multiserver._env import DEFAULT_STRIP_ENV, launch_env, strip_env
     from multiserver._errors import (
         ChildFailed,
         ConnectionClosed,
@@ -52,6 +53,7 @@ _HOMES: dict[str, str] = {
     "ClaimResult": "multiserver._client",
     "Client": "multiserver._client",
     "ConnectionClosed": "multiserver._errors",
+    "DEFAULT_STRIP_ENV": "multiserver._env",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
@@ -69,10 +71,12 @@ _HOMES: dict[str, str] = {
     "dial": "multiserver._client",
     "fallback_dir": "multiserver._paths",
     "handshake": "multiserver._client",
+    "launch_env": "multiserver._env",
     "open_client": "multiserver._client",
     "remove_stale_socket": "multiserver._stale",
     "runtime_dir": "multiserver._paths",
     "state_dir": "multiserver._paths",
+    "strip_env": "multiserver._env",
     "unlink_if_same": "multiserver._stale",
 }
 
@@ -93,6 +97,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_STRIP_ENV",
     "PROTOCOL_VERSION",
     "ChildExited",
     "ChildFailed",
@@ -117,9 +122,11 @@ __all__ = [
     "dial",
     "fallback_dir",
     "handshake",
+    "launch_env",
     "open_client",
     "remove_stale_socket",
     "runtime_dir",
     "state_dir",
+    "strip_env",
     "unlink_if_same",
 ]

@@ -24,6 +24,7 @@ from multiserver import (
     DaemonPaths,
     RequestFailed,
     dial,
+    launch_env,
     open_client,
 )
 from multiserver_cli import _attach, _state
@@ -127,7 +128,7 @@ async def cmd_new(args: Namespace) -> int:
             async with bounded("new"):
                 launched = await client.launch(
                     argv,
-                    env=dict(os.environ),
+                    env=launch_env(os.environ, args.strip_env, args.keep_env),
                     cwd=cwd,
                     rows=size[0],
                     cols=size[1],

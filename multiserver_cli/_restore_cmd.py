@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -10,7 +11,7 @@ import attrs
 import trio
 
 from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
-from multiserver import MultiserverError, dial
+from multiserver import MultiserverError, dial, launch_env
 from multiserver._paths import find_sockets
 from multiserver_cli import _state
 from multiserver_cli._format import print_json, table
@@ -107,6 +108,7 @@ async def cmd_restore(args: Namespace) -> int:
                 store=store,
                 hold=False,
                 keep_output=True,
+                env=launch_env(os.environ, args.strip_env, args.keep_env),
                 progress=progress,
                 on_arrival=arrived,
                 on_late=on_late,

@@ -50,6 +50,27 @@ def _detach_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _env_options(p: argparse.ArgumentParser) -> None:
+    """Where sessions start: what of this environment they do not get."""
+    p.add_argument(
+        "--strip-env",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="leave variables matching this name or glob (e.g. 'AWS_*') out of the session's"
+        " environment; repeatable; adds to $MULTISERVER_STRIP_ENV and the default list"
+        " (*_API_KEY, *_AUTH_TOKEN, GITHUB_TOKEN...: see README)",
+    )
+    p.add_argument(
+        "--keep-env",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="keep variables matching this even if a strip pattern matches them; repeatable;"
+        " adds to $MULTISERVER_KEEP_ENV ('*' strips no credentials)",
+    )
+
+
 def _sub(
     subs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, example: str
 ) -> argparse.ArgumentParser:
@@ -112,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--window", default="main", help="window of the saved arrangement (default: main)"
     )
+    _env_options(p)
     _detach_options(p)
     p.add_argument(
         "command",
@@ -171,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start sessions whose program had exited again",
     )
+    _env_options(p)
 
     p = _sub(
         subs,
