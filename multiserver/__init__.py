@@ -36,7 +36,14 @@ if TYPE_CHECKING:
         UnsafeDirectory,
         VersionRefused,
     )
-    from multiserver._messages import PROTOCOL_VERSION, ChildExited, ChildInfo, ChildTaken
+    from multiserver._messages import (
+        PROTOCOL_VERSION,
+        ChildExited,
+        ChildInfo,
+        ChildTaken,
+        describe_exit,
+        exit_status,
+    )
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
     from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
     from multiserver._start import connect, connect_or_start
@@ -68,7 +75,9 @@ _HOMES: dict[str, str] = {
     "VersionRefused": "multiserver._errors",
     "connect": "multiserver._start",
     "connect_or_start": "multiserver._start",
+    "describe_exit": "multiserver._messages",
     "dial": "multiserver._client",
+    "exit_status": "multiserver._messages",
     "fallback_dir": "multiserver._paths",
     "handshake": "multiserver._client",
     "launch_env": "multiserver._env",
@@ -119,7 +128,9 @@ __all__ = [
     "VersionRefused",
     "connect",
     "connect_or_start",
+    "describe_exit",
     "dial",
+    "exit_status",
     "fallback_dir",
     "handshake",
     "launch_env",

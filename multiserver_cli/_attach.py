@@ -21,7 +21,15 @@ from typing import Literal
 import attrs
 import trio
 
-from multiserver import ChildExited, ChildInfo, ChildTaken, Client, MultiserverError
+from multiserver import (
+    ChildExited,
+    ChildInfo,
+    ChildTaken,
+    Client,
+    MultiserverError,
+    describe_exit,
+    exit_status,
+)
 from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy
 from multiserver_cli._sessions import CliError
@@ -50,11 +58,6 @@ class _Outcome:
 def _ends_line(shown: OutputBuffer) -> bool:
     data = shown.peek()[0]
     return not data or data.endswith(b"\n")
-
-
-def exit_status(code: int) -> int:
-    """A child's exit code as a shell would report it (128+N for signal N)."""
-    return 128 - code if code < 0 else code
 
 
 def terminal_size(fd: int) -> tuple[int, int] | None:
@@ -178,7 +181,7 @@ async def run_attached(
     if outcome.exit_code is not None:
         code = outcome.exit_code
         await close_exited(client, child)
-        say(f"[{name} exited with code {code}]", _ends_line(shown))
+        say(f"[{name} {describe_exit(code)}]", _ends_line(shown))
         return exit_status(code)
     await client.release([child.id], replace_output=shown.peek()[0])
     if outcome.signal is not None:
@@ -214,5 +217,5 @@ async def attach_exited(
         _proxy.write_all(sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
     await close_exited(client, child)
-    say(f"[{child.name} exited with code {code}]", not replay or replay.endswith(b"\n"))
+    say(f"[{child.name} {describe_exit(code)}]", not replay or replay.endswith(b"\n"))
     return exit_status(code)

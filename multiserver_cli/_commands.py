@@ -23,6 +23,7 @@ from multiserver import (
     DaemonNotRunning,
     DaemonPaths,
     RequestFailed,
+    describe_exit,
     dial,
     launch_env,
     open_client,
@@ -307,5 +308,6 @@ async def cmd_kill(args: Namespace) -> int:
             await client.collect(child.id)
     if staged is not None:
         _state.complete_close(staged.name, staged.ref)
-    print(f"{child.name}: ended (exit code {code})", file=sys.stderr)
+    # The kill did what was asked: its status is 0 whatever the signal.
+    print(f"{child.name}: {describe_exit(code)}", file=sys.stderr)
     return 0

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, describe_exit
 from multiserver._paths import SOCKET_RE
 
 
@@ -63,7 +63,7 @@ def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = 
     children come from more than one)."""
     rows = []
     for c in children:
-        state = "running" if c.state == "running" else f"exited {c.exit_code}"
+        state = "running" if c.exit_code is None else describe_exit(c.exit_code)
         waiting = human_bytes(c.buffered_bytes)
         if c.dropped_bytes:
             waiting += f" (+{human_bytes(c.dropped_bytes)} dropped)"

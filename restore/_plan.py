@@ -23,7 +23,7 @@ from typing import Literal
 
 import attrs
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, describe_exit
 from restore._model import Arrangement, SessionLeaf
 
 Outcome = Literal["attached", "ended", "relaunched", "timed-out", "failed"]
@@ -174,16 +174,16 @@ def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
             "failed", answer.message or f"claim failed (errno {answer.errno})", relaunch=False
         )
     if child.state == "exited":
-        code = child.exit_code
+        ended = "ended" if child.exit_code is None else describe_exit(child.exit_code)
         if options.relaunch_ended:
             return Decision(
                 "relaunched",
-                f"had exited with code {code}; started again",
+                f"had ended ({ended}); started again",
                 relaunch=True,
                 collect=True,
             )
         return Decision(
-            "ended", f"session ended (exit code {code})", relaunch=False, collect=True, close=True
+            "ended", f"session ended ({ended})", relaunch=False, collect=True, close=True
         )
     return Decision("attached", f"pid {child.pid}", relaunch=False)
 

@@ -108,9 +108,11 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
         ms_dirs,
         ["new", "-d", "-n", "web", "--", "sh", "-c", "echo hi; sleep 100"],
         ["new", "-d", "-n", "gone", "--", "sh", "-c", "exit 3"],
+        ["new", "-d", "-n", "hup", "--", "sh", "-c", "kill -HUP $$"],
     )
     await wait_session(ms_dirs, "web", lambda s: s and s.buffered_bytes == 4, "showing hi")
-    await wait_session(ms_dirs, "gone", lambda s: s and s.state == "exited", "exited")
+    for name in ("gone", "hup"):
+        await wait_session(ms_dirs, name, lambda s: s and s.state == "exited", "exited")
 
     table = (await ms(ms_dirs, "ls")).stdout.decode().splitlines()
     assert re.split(r"\s+", table[0]) == [
@@ -126,16 +128,16 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
     # Columns line up under the header.
     col = {h: table[0].index(h) for h in ("STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING")}
     rows = {line.split()[0]: line for line in table[1:]}
-    web, gone = rows["web"], rows["gone"]
-    assert web[col["STATE"] :].startswith("running ") and gone[col["STATE"] :].startswith(
-        "exited 3"
-    )
+    web, gone, hup = rows["web"], rows["gone"], rows["hup"]
+    assert web[col["STATE"] :].startswith("running ")
+    assert gone[col["STATE"] :].startswith("exited with code 3 ")
+    assert hup[col["STATE"] :].startswith("killed by SIGHUP ")
     assert web[col["HELD"] :].startswith("- ")
     assert web[col["COMMAND"] :].startswith(shlex.join(["sh", "-c", "echo hi; sleep 100"]))
     assert web[col["CWD"] :].startswith(cwd)
     assert re.match(r"\d+s ", web[col["AGE"] :])
     assert web[col["WAITING"] :] == "4B"
-    assert len(table) == 3
+    assert len(table) == 4
 
 
 async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
@@ -224,9 +226,9 @@ async def test_kill_ends_and_forgets_and_kill_s_only_signals(ms_dirs: MsDirs) ->
     k, t, s = await ms_many(
         ms_dirs, ["kill", "k"], ["kill", "-s", "INT", "t"], ["kill", "-s", "2", "s"]
     )
-    assert k.stderr == b"k: ended (exit code -1)\n"
+    assert k.stderr == b"k: killed by SIGHUP\n" and k.returncode == 0
     assert t.stderr == b"sent SIGINT to t; it is still running\n"
-    assert s.stderr == b"s: ended (exit code -2)\n"
+    assert s.stderr == b"s: killed by SIGINT\n"
     assert list(await listed(ms_dirs)) == ["t"]
     await wait_until(lambda: is_dead(pids["k"]) and is_dead(pids["s"]), 5.0, "k and s gone")
     assert is_alive(pids["t"])

@@ -170,20 +170,22 @@ def test_claimed_running_child_is_attached(options: Options) -> None:
 def test_claimed_exited_child_is_ended_collected_and_closed(options: Options) -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=3)), options)
     assert d.outcome == "ended"
-    assert d.detail == "session ended (exit code 3)"
+    assert d.detail == "session ended (exited with code 3)"
     assert (d.relaunch, d.collect, d.close) == (False, True, True)
 
 
-def test_claimed_child_killed_by_a_signal_reports_the_negative_code() -> None:
+def test_claimed_child_killed_by_a_signal_says_which_signal() -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=-9)), RELAUNCH)
-    assert d.outcome == "ended" and "exit code -9" in d.detail
+    assert (d.outcome, d.detail) == ("ended", "session ended (killed by SIGKILL)")
+    d = decide_claimed(ClaimAnswer(child(1, exit_code=-1)), RELAUNCH_ENDED)
+    assert d.detail == "had ended (killed by SIGHUP); started again"
 
 
 @pytest.mark.parametrize("options", [RELAUNCH_ENDED, Options(relaunch=False, relaunch_ended=True)])
 def test_relaunch_ended_starts_an_exited_session_again(options: Options) -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=0)), options)
     assert d.outcome == "relaunched"
-    assert "exited with code 0" in d.detail
+    assert d.detail == "had ended (exited with code 0); started again"
     # Collected (its status was read) but not closed: the session lives on.
     assert (d.relaunch, d.collect, d.close) == (True, True, False)
 
