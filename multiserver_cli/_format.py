@@ -52,6 +52,22 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def save_summary(total: int, live: int, changed: int) -> str:
+    """What ``save`` did: every saved session is saved; ``live`` of them
+    were asked for their cwd and title, ``changed`` of those had moved on."""
+    if total == 0:
+        return "nothing to save: no saved sessions"
+    line = f"saved {plural(total, 'session')} ({changed} updated"
+    if total > live:
+        gone = total - live
+        line += f"; {gone} not running, kept as {'it was' if gone == 1 else 'they were'}"
+    return line + ")"
+
+
 def daemon_label(socket: Path) -> str:
     """A daemon as `--daemon N` names it: its number, else its socket's name."""
     m = SOCKET_RE.match(socket.name)

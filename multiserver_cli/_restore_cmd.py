@@ -14,7 +14,7 @@ from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
 from multiserver import MultiserverError, dial, launch_env
 from multiserver._paths import find_sockets
 from multiserver_cli import _state
-from multiserver_cli._format import print_json, table
+from multiserver_cli._format import plural, print_json, save_summary, table
 from multiserver_cli._sessions import SCAN_TIMEOUT, CliError
 from restore import RestorationRef
 from restore._build import RestoredSession
@@ -71,7 +71,8 @@ async def cmd_restore(args: Namespace) -> int:
         daemons = len({leaf.ref.socket for leaf in arrangement.leaves() if leaf.ref is not None})
         if not args.json:
             print(
-                f"restoring {total} session(s) of {daemons} daemon(s) within {args.timeout:g} s",
+                f"restoring {plural(total, 'session')} of {plural(daemons, 'daemon')}"
+                f" within {args.timeout:g} s",
                 file=sys.stderr,
             )
 
@@ -211,22 +212,24 @@ async def cmd_save(args: Namespace) -> int:
     async with trio.open_nursery() as nursery:
         for sock in find_sockets():
             nursery.start_soon(ask, sock)
-    changed = 0
+    changed = live = total = 0
     with _state.open_store() as store:
         if store is None:
             return 1
 
         arrangement = store.load()
         for leaf in arrangement.leaves():
+            total += 1
             ref: RestorationRef | None = leaf.ref
             if ref is None:
                 continue
             r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
             if r is None:
                 continue
+            live += 1
             new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
             if new != leaf:
                 store.update_session(new)
                 changed += 1
-    print(f"saved {changed} session(s)", file=sys.stderr)
+    print(save_summary(total, live, changed), file=sys.stderr)
     return 0

@@ -91,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--daemon", type=int, metavar="N", help="use daemon N (default: $MULTISERVER_DAEMON or 1)"
+        "--daemon",
+        type=int,
+        metavar="N",
+        help="new, daemon, stop: use daemon N (default: $MULTISERVER_DAEMON or 1);"
+        " ls, attach, peek, kill: only daemon N's sessions (default: every daemon's)",
     )
     subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")
 
@@ -146,8 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     _detach_options(p)
     p.add_argument("name", metavar="NAME")
 
-    p = _sub(subs, "ls", "list sessions", "multiserver ls --json")
-    p.add_argument("--json", action="store_true", help="one JSON object per session, for scripts")
+    p = _sub(subs, "ls", "list the sessions of every daemon", "multiserver ls --json")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="for scripts: one JSON array with an object per session (one line when piped)",
+    )
 
     p = _sub(
         subs,
@@ -155,13 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
         "print a session's waiting output without attaching",
         "multiserver peek --bytes 4096 build",
     )
-    p.add_argument("--bytes", type=int, metavar="N", help="only the last N bytes")
+    p.add_argument(
+        "--bytes", type=int, metavar="N", help="at most the last N bytes (from a line start)"
+    )
     p.add_argument("name", metavar="NAME")
 
     p = _sub(
         subs,
         "kill",
-        "end a session (SIGHUP, then SIGKILL) and forget it",
+        "end a session (SIGHUP, then SIGKILL after 3 s) and forget it",
         "multiserver kill -s INT build",
     )
     p.add_argument(
@@ -180,13 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         metavar="S",
-        help="deadline for the daemons to answer (default 10)",
+        help="the whole restore's deadline, in seconds (default 10)",
     )
-    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="the report as one JSON object (sessions, sweep, seconds, ok)",
+    )
     p.add_argument(
         "--no-relaunch",
         action="store_true",
-        help="report sessions whose process is gone; start nothing",
+        help="report sessions whose program is gone (outcome expired); start nothing",
     )
     p.add_argument(
         "--relaunch-ended",
@@ -201,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         "list processes no saved session owns, and stale sockets (--adopt: adopt them)",
         "multiserver orphans --adopt",
     )
-    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--json", action="store_true", help="the rows as one JSON array")
     p.add_argument(
         "--adopt",
         action="store_true",

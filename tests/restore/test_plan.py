@@ -190,13 +190,13 @@ def test_relaunch_ended_starts_an_exited_session_again(options: Options) -> None
     assert (d.relaunch, d.collect, d.close) == (True, True, False)
 
 
-def test_claim_of_an_unknown_child_is_gone_and_relaunched() -> None:
+def test_claim_of_an_unknown_child_is_gone_and_relaunched_or_expired() -> None:
     answer = ClaimAnswer(None, errno.ENOENT, "no child 1")
     assert decide_claimed(answer, RELAUNCH) == decide_gone(
         "the child is unknown to the daemon", RELAUNCH
     )
     d = decide_claimed(answer, NO_RELAUNCH)
-    assert d.outcome == "relaunched" and d.relaunch is False
+    assert d.outcome == "expired" and d.relaunch is False
 
 
 @pytest.mark.parametrize("options", EVERY_OPTION)
@@ -222,8 +222,8 @@ def test_gone_is_relaunched_unless_no_relaunch() -> None:
     assert d.outcome == "relaunched" and d.relaunch is True
     assert d.detail.startswith("daemon unreachable; ") and "new one started" in d.detail
     d = decide_gone("daemon unreachable", NO_RELAUNCH)
-    assert d.outcome == "relaunched" and d.relaunch is False
-    assert "not relaunched (--no-relaunch)" in d.detail
+    assert (d.outcome, d.relaunch) == ("expired", False)
+    assert d.detail == "daemon unreachable; --no-relaunch: nothing started"
     for options in EVERY_OPTION:
         assert decide_gone("x", options).collect is False
         assert decide_gone("x", options).close is False
@@ -245,7 +245,7 @@ def test_timed_out_is_relaunched_unless_no_relaunch() -> None:
     d = decide_timed_out(0.25, NO_RELAUNCH)
     assert d == Decision(
         "timed-out",
-        "daemon did not answer within 0.25 s; not relaunched (--no-relaunch)",
+        "daemon did not answer within 0.25 s; --no-relaunch: nothing started",
         relaunch=False,
         reason="daemon did not answer within 0.25 s",
     )
@@ -256,6 +256,7 @@ def test_every_outcome_is_reachable_from_the_rules() -> None:
         decide_claimed(ClaimAnswer(child(1)), RELAUNCH).outcome,
         decide_claimed(ClaimAnswer(child(1, exit_code=0)), RELAUNCH).outcome,
         decide_gone("x", RELAUNCH).outcome,
+        decide_gone("x", NO_RELAUNCH).outcome,
         decide_timed_out(1, RELAUNCH).outcome,
         decide_claimed(ClaimAnswer(None, errno.EBUSY), RELAUNCH).outcome,
     }
