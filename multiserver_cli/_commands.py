@@ -5,6 +5,7 @@ line by ``main``. Every wait on a daemon is bounded, except being attached."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import signal
@@ -12,7 +13,7 @@ import sys
 import time
 from argparse import Namespace
 from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -22,6 +23,7 @@ from multiserver import (
     Client,
     DaemonNotRunning,
     DaemonPaths,
+    LaunchResult,
     RequestFailed,
     describe_exit,
     dial,
@@ -29,15 +31,30 @@ from multiserver import (
     open_client,
 )
 from multiserver_cli import _attach, _state
-from multiserver_cli._format import daemon_label, ls_table, print_json
+from multiserver_cli._format import ls_table, print_json
+from multiserver_cli._names import (
+    NAME_TRIES,
+    Create,
+    Found,
+    Refused,
+    SavedOnly,
+    Session,
+    Survey,
+    pick_default,
+    plan_new,
+    sessions,
+)
 from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     CliError,
+    Located,
     check_name,
-    check_name_free,
     find_session,
-    saved_names,
-    scan,
+    live_or_fail,
+    located,
+    lookup,
+    scope_of,
+    survey,
 )
 from multiserver_cli._state import end_child
 
@@ -105,40 +122,42 @@ async def cmd_stop(args: Namespace) -> int:
 
 
 async def cmd_new(args: Namespace) -> int:
-    name = check_name(args.name) if args.name else ""
+    name = None if args.name is None else check_name(args.name, new=True)
+    if args.attach_existing and name is None:
+        raise CliError("-A needs a session name (-n NAME)", 2)
     if not args.detach and not os.isatty(0):
         # Checked before launching: else the session would be left running, held by nobody.
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
-    if args.attach_existing:
-        if not name:
-            raise CliError("-A needs a session name (-n NAME)", 2)
-        try:
-            await find_session(name, args.daemon if args.daemon_given else None)
-        except CliError:
-            pass
-        else:
-            return await cmd_attach(args)
-    argv = args.command or user_shell()
-    cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    # Every daemon, whatever --daemon says: a name is one session's across them all.
+    view = await survey()
+    number = args.daemon if args.daemon_given else None
+    plan = plan_new(view, name, attach_existing=args.attach_existing, scope=scope_of(number))
+    if isinstance(plan, Refused):
+        raise CliError(plan.message)
+    if isinstance(plan, Found):
+        return await attach_to(args, located(plan.session))
+    saved = plan.saved
+    argv = args.command or (list(saved.argv) if saved is not None else user_shell())
+    if args.cwd:
+        cwd = os.path.abspath(args.cwd)
+    elif saved is not None:
+        cwd = saved.cwd if os.path.isdir(saved.cwd) else os.path.expanduser("~")
+    else:
+        cwd = os.getcwd()
     size = _attach.terminal_size(0) or (24, 80)
-    paths = _paths(args)
-    if name:
-        await check_name_free(name, paths.socket)
-    async with open_client_bounded(paths, start=True) as client:
-        try:
-            async with bounded("new"):
-                launched = await client.launch(
-                    argv,
-                    env=launch_env(os.environ, args.strip_env, args.keep_env),
-                    cwd=cwd,
-                    rows=size[0],
-                    cols=size[1],
-                    name=name,
-                    linger=args.linger,
-                    hold=not args.detach,
-                )
-        except RequestFailed as exc:
-            raise CliError(exc.message) from None
+    async with open_client_bounded(_paths(args), start=True) as client:
+        launched = await _launch(
+            client,
+            plan,
+            view,
+            argv,
+            env=launch_env(os.environ, args.strip_env, args.keep_env),
+            cwd=cwd,
+            rows=size[0],
+            cols=size[1],
+            linger=args.linger,
+            hold=not args.detach,
+        )
         _state.record_new(launched.child, client.socket_path, client.instance_id, args.window)
         if args.detach:
             print(launched.child.name)
@@ -156,6 +175,25 @@ async def cmd_new(args: Namespace) -> int:
         )
 
 
+async def _launch(
+    client: Client, plan: Create, view: Survey, argv: list[str], **launch: Any
+) -> LaunchResult:
+    """Launch under the plan's name. A default name the daemon refuses as
+    taken (another ``new`` took it meanwhile) gives way to the next free one,
+    NAME_TRIES times at most; an explicit one is the user's and is refused."""
+    name = plan.name
+    refused: list[str] = []
+    while True:
+        try:
+            async with bounded("new"):
+                return await client.launch(argv, name=name, **launch)
+        except RequestFailed as exc:
+            if exc.errno != errno.EEXIST or plan.explicit or len(refused) + 1 >= NAME_TRIES:
+                raise CliError(exc.message) from None
+            refused.append(name)
+            name = pick_default(view, refused)
+
+
 @contextlib.asynccontextmanager
 async def open_client_bounded(paths: DaemonPaths, *, start: bool) -> AsyncIterator[Client]:
     """open_client whose connect (and start) is bounded; the session after
@@ -170,7 +208,15 @@ async def cmd_attach(args: Namespace) -> int:
     name = check_name(args.name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    found = await find_session(name, args.daemon if args.daemon_given else None)
+    number = args.daemon if args.daemon_given else None
+    return await attach_to(args, await find_session(name, number, "attach"))
+
+
+async def attach_to(args: Namespace, found: Located) -> int:
+    """Attach this terminal to the live session ``found``."""
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    name = found.child.name  # the name the user knows it by
     async with open_client_bounded(DaemonPaths.for_socket(found.socket), start=False) as client:
         async with bounded("attach"):
             # keep_output: if this client dies before it releases, the
@@ -179,7 +225,7 @@ async def cmd_attach(args: Namespace) -> int:
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
-        child = attrs.evolve(result.child, name=name)  # the name the user knows it by
+        child = attrs.evolve(result.child, name=name)
         replay = _state.take_notice(name) + result.output
         if result.dropped:
             replay = (
@@ -229,38 +275,37 @@ def child_json(
 
 
 async def cmd_ls(args: Namespace) -> int:
-    result = await scan(args.daemon if args.daemon_given else None)
-    for problem in result.problems:
+    view = await survey(args.daemon if args.daemon_given else None)
+    for problem in view.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
-    saved = saved_names()
     # Each child under the name `attach` takes: its saved session's, if any.
-    rows: list[tuple[Path, str, ChildInfo, bool]] = []
-    for d in result.daemons:
-        for c in d.children:
-            name = saved.get((str(d.socket), d.instance_id, c.id))
-            shown = c if name is None else attrs.evolve(c, name=name)
-            rows.append((d.socket, d.instance_id, shown, name is not None))
+    rows = [s for s in sessions(view) if s.child is not None]
     if args.json:
-        print_json([child_json(c, str(s), i, saved=k) for s, i, c, k in rows])
+        print_json([_session_json(s) for s in rows])
     elif rows:
-        several = len({s for s, _, _, _ in rows}) > 1
+        several = len({s.socket for s in rows}) > 1
         print(
             ls_table(
-                [c for _, _, c, _ in rows],
+                [s.child for s in rows if s.child is not None],
                 time.time(),
-                daemons=[daemon_label(s) for s, _, _, _ in rows] if several else None,
+                daemons=[s.daemon for s in rows] if several else None,
             )
         )
-    elif not result.problems:
+    elif not view.problems:
         print("no sessions", file=sys.stderr)
     # A daemon that could not be read is not "no sessions": say so, and fail.
-    return 1 if result.problems else 0
+    return 1 if view.problems else 0
+
+
+def _session_json(s: Session) -> dict[str, object]:
+    assert s.child is not None
+    return child_json(s.child, s.socket, s.instance_id, saved=s.saved)
 
 
 async def cmd_peek(args: Namespace) -> int:
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
-    found = await find_session(args.name, args.daemon if args.daemon_given else None)
+    found = await find_session(args.name, args.daemon if args.daemon_given else None, "peek")
     async with bounded("peek"), open_client(found.socket) as client:
         result = await client.peek(found.child.id, args.bytes)
     sys.stdout.buffer.write(result.output)
@@ -286,9 +331,12 @@ def parse_signal(spec: str) -> int:
 async def cmd_kill(args: Namespace) -> int:
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
     await _state.finish_pending_closes()
-    found = await find_session(args.name, args.daemon if args.daemon_given else None)
-    child = found.child
     only_signal = args.signal is not None
+    resolution = await lookup(args.name, args.daemon if args.daemon_given else None, "kill")
+    if isinstance(resolution, SavedOnly) and not only_signal:
+        return await _forget_saved(resolution.session)
+    found = live_or_fail(args.name, resolution)
+    child = found.child
     # The durable close: staged first, so a crash from here on is finished
     # by the next run (a bare signal closes nothing unless the child ends).
     staged = None if only_signal else _state.stage_close(found.socket, found.instance_id, child)
@@ -310,4 +358,20 @@ async def cmd_kill(args: Namespace) -> int:
         _state.complete_close(staged.name, staged.ref)
     # The kill did what was asked: its status is 0 whatever the signal.
     print(f"{child.name}: {describe_exit(code)}", file=sys.stderr)
+    return 0
+
+
+async def _forget_saved(session: Session) -> int:
+    """``kill NAME`` of a saved session with no live child: forget it (a
+    durable close, which also ends its child should its daemon answer after all)."""
+    name = session.name
+    if _state.stage_close_named(name) is None:
+        raise CliError(f"no session named {name!r}")  # forgotten meanwhile
+    await _state.finish_pending_closes()
+    if _state.close_pending(name):
+        raise CliError(
+            f"{name}: forgotten, but its daemon did not answer: its program is ended"
+            " when it does (by the next multiserver command)"
+        )
+    print(f"{name}: forgot the saved session ({session.why_not_running})", file=sys.stderr)
     return 0

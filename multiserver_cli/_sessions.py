@@ -2,6 +2,8 @@
 
 Each daemon found in the socket dirs is asked concurrently, each under its own
 bound; a daemon that does not answer in time is reported, not waited for.
+What a name means is decided by ``_names`` from what they said (a
+``Survey``); this module only gathers it.
 """
 
 from __future__ import annotations
@@ -19,12 +21,20 @@ from multiserver import (
     UnsafeDirectory,
     connect,
     handshake,
-    open_client,
 )
 from multiserver._codec import Codec
-from multiserver._messages import NAME_RE
 from multiserver._paths import find_sockets
 from multiserver._wire import FramedSocket
+from multiserver_cli._names import (
+    DaemonView,
+    Found,
+    Resolution,
+    SavedOnly,
+    Session,
+    Survey,
+    name_problem,
+    resolve,
+)
 from multiserver_cli._state import open_store
 
 # How long one daemon may take to say hello before it is reported as unresponsive.
@@ -41,27 +51,20 @@ class CliError(MultiserverError):
         self.status = status
 
 
-def check_name(name: str) -> str:
-    if not NAME_RE.match(name):
-        raise CliError(
-            f"bad session name {name!r}: use letters, digits, '_', '.', '-' (first a letter or digit, at most 128)",
-            2,
-        )
+def check_name(name: str, *, new: bool = False) -> str:
+    """``name``, or CliError (status 2) if it cannot name a session (``new``:
+    a new session)."""
+    problem = name_problem(name, new=new)
+    if problem is not None:
+        raise CliError(problem, 2)
     return name
-
-
-@attrs.frozen
-class DaemonView:
-    socket: Path
-    instance_id: str
-    pid: int
-    children: list[ChildInfo]
 
 
 @attrs.frozen
 class Scan:
     daemons: list[DaemonView]
     problems: list[str]  # one line each: unresponsive or refused daemons
+    silent: frozenset[str] = frozenset()  # the sockets of those daemons
 
 
 async def _ask(sock_path: Path, out: list[DaemonView], problems: list[str]) -> None:
@@ -93,87 +96,71 @@ async def scan(number: int | None = None) -> Scan:
     """Ask every daemon (or only daemon ``number``) for its children."""
     sockets = [DaemonPaths.for_number(number).socket] if number is not None else find_sockets()
     daemons: list[DaemonView] = []
+    silent: set[str] = set()
     problems: list[str] = []
+
+    async def ask(path: Path) -> None:
+        mine: list[str] = []
+        await _ask(path, daemons, mine)
+        if mine:
+            silent.add(str(path))
+            problems.extend(mine)
+
     async with trio.open_nursery() as nursery:
         for path in sockets:
-            nursery.start_soon(_ask, path, daemons, problems)
+            nursery.start_soon(ask, path)
     order = {p: i for i, p in enumerate(sockets)}
     daemons.sort(key=lambda d: order[d.socket])
-    return Scan(daemons, problems)
+    return Scan(daemons, problems, frozenset(silent))
+
+
+async def survey(number: int | None = None) -> Survey:
+    """What names are decided on: every daemon's children (or daemon
+    ``number``'s only) and the saved sessions."""
+    result = await scan(number)
+    with open_store() as store:
+        saved = store.load().leaves() if store is not None else []
+    return Survey(result.daemons, result.silent, saved, result.problems)
 
 
 @attrs.frozen
 class Located:
     socket: Path
     instance_id: str
-    child: ChildInfo
+    child: ChildInfo  # under the name the user knows it by
 
 
-async def find_session(name: str, number: int | None) -> Located:
-    """The session called ``name``: the saved session of that name if its
-    child lives (an adopted orphan is saved under a name of its own), else
-    the daemons' child of that name. CliError if none or several match."""
+def located(session: Session) -> Located:
+    assert session.child is not None
+    return Located(Path(session.socket), session.instance_id, session.child)
+
+
+def scope_of(number: int | None) -> Path | None:
+    return None if number is None else DaemonPaths.for_number(number).socket
+
+
+async def lookup(name: str, number: int | None, command: str) -> Resolution:
+    """What ``name`` names for ``command`` (``_names.resolve``). With
+    ``number`` (``--daemon N``) only that daemon's children are candidates;
+    every daemon is asked either way, as a saved session whose child lives
+    on another daemon is not one "saved, not running"."""
     check_name(name)
-    result = await scan(number)
-    saved = saved_names()
-    matches = [
-        # Shown under the name the user knows it by.
-        Located(d.socket, d.instance_id, attrs.evolve(c, name=name))
-        for d in result.daemons
-        for c in d.children
-        if saved.get((str(d.socket), d.instance_id, c.id)) == name
-    ]
-    if not matches:
-        matches = [
-            Located(d.socket, d.instance_id, c)
-            for d in result.daemons
-            for c in d.children
-            if c.name == name
-        ]
-    if not matches:
-        extra = f" ({'; '.join(result.problems)})" if result.problems else ""
-        raise CliError(f"no session named {name!r}{extra}")
-    if len(matches) > 1:
-        raise CliError(f"several sessions are named {name!r}; choose one with --daemon N")
-    return matches[0]
+    return resolve(await survey(), name, command=command, scope=scope_of(number))
 
 
-async def check_name_free(name: str, socket: Path) -> None:
-    """Refuse ``name`` for a new session on the daemon at ``socket`` while a
-    saved session of that name lives on another daemon. (Each daemon keeps
-    its own children's names apart; the saved arrangement spans them all,
-    and a new leaf would take the name from the live one.)"""
-    with open_store() as store:
-        leaf = store.load().find(name) if store is not None else None
-    if leaf is None or leaf.ref is None or leaf.ref.socket == str(socket):
-        return
-    ref = leaf.ref
-    alive = False
-    with trio.move_on_after(SCAN_TIMEOUT):  # a wedged daemon does not hold the name
-        try:
-            async with open_client(Path(ref.socket), children=False) as client:
-                if client.instance_id == ref.instance_id:
-                    await client.peek(ref.child_id, 0)
-                    alive = True
-        except MultiserverError:  # gone, or the child is unknown (ENOENT)
-            pass
-    if alive:
+def live_or_fail(name: str, found: Resolution) -> Located:
+    """The live session of a resolution; CliError if none, several, or a
+    saved session with no live child."""
+    if isinstance(found, Found):
+        return located(found.session)
+    if isinstance(found, SavedOnly):
         raise CliError(
-            f"a session named {name!r} already runs on {Path(ref.socket).name};"
-            " choose another name (or attach to it)"
+            f"session {name!r} is {found.session.state}; `multiserver restore` brings it"
+            f" back, `multiserver kill {name}` forgets it"
         )
+    raise CliError(found.message)
 
 
-SavedKey = tuple[str, str, int]  # daemon socket, daemon instance id, child id
-
-
-def saved_names() -> dict[SavedKey, str]:
-    """The saved sessions' names by the child they refer to: a saved name
-    (an adopted orphan's, say) comes before the daemon's name for its child."""
-    with open_store() as store:
-        leaves = store.load().leaves() if store is not None else []
-    return {
-        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id): leaf.name
-        for leaf in leaves
-        if leaf.ref is not None
-    }
+async def find_session(name: str, number: int | None, command: str) -> Located:
+    """The live session called ``name`` (see ``lookup``)."""
+    return live_or_fail(name, await lookup(name, number, command))

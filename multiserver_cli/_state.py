@@ -99,6 +99,27 @@ def stage_close(socket: Path, instance_id: str, child: ChildInfo) -> SessionLeaf
             return None
 
 
+def stage_close_named(name: str) -> SessionLeaf | None:
+    """Stage the durable close of the saved session ``name`` (one with no
+    live child: ``kill NAME`` forgets it). None if there is none."""
+    with open_store() as store:
+        if store is None:
+            return None
+        try:
+            return store.stage_close(name)
+        except KeyError:
+            return None
+        except StoreError as exc:
+            warn(f"could not save the close of {name}: {exc}")
+            return None
+
+
+def close_pending(name: str) -> bool:
+    """Whether a close of ``name`` is still pending (its daemon did not answer)."""
+    with open_store() as store:
+        return store is not None and any(p.name == name for p in store.pending_closes())
+
+
 async def close_exited(client: Client, child: ChildInfo) -> None:
     """A session whose program exited: stage its close, collect the child,
     complete the close."""

@@ -117,7 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
         "start a session and attach to it (-d: leave it detached)",
         "multiserver new -n build -d -- make -j4",
     )
-    p.add_argument("-n", "--name", help="session name (default: a number)")
+    p.add_argument(
+        "-n",
+        "--name",
+        help="session name, unused on every daemon (default: the smallest free number)",
+    )
     p.add_argument(
         "-d", "--detach", action="store_true", help="do not attach; print the session's name"
     )
@@ -125,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-A",
         dest="attach_existing",
         action="store_true",
-        help="attach if a session NAME exists, else create it",
+        help="attach if a session NAME exists (a saved one that is not running is started"
+        " again from its saved command and cwd), else create it",
     )
     p.add_argument("--cwd", help="working directory (default: this one)")
     p.add_argument(

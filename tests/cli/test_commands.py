@@ -143,8 +143,8 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
 async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
     ms_dirs: MsDirs,
 ) -> None:
-    """A saved session's name is not taken by another daemon's new session
-    while it lives. Two daemons each run a "web" (the saved one daemon 2's);
+    """A name in use on one daemon is not another daemon's to take, saved or
+    not. Daemon 1 runs "web" (saved, then not: an orphan), daemon 2 "api";
     a third child is saved under a name of its own (as the adopter saves an
     orphan): ls shows it by that name, adds a DAEMON column, and --json says
     which children are saved."""
@@ -153,20 +153,22 @@ async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
         ["new", "-d", "-n", "web", "--", "sleep", "100"],
         ["new", "-d", "-n", "tmp", "--", "sleep", "100"],
     )
-    # The saved "web" lives on daemon 1: daemon 2 may not take its name.
     refused = await ms(
         ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100", check=False
     )
     assert refused.returncode == 1
     assert refused.stderr.decode().splitlines() == [
-        "multiserver: a session named 'web' already runs on multiserver-daemon-1.socket;"
-        " choose another name (or attach to it)"
+        "multiserver: a session named 'web' exists already (on daemon 1, running);"
+        " choose another name, or attach to it"
     ]
-    # Once it is gone from the arrangement, the name is free (daemon 1 keeps
-    # its child, now an orphan).
+    # Gone from the arrangement, its child still owns the name.
     with ArrangementStore.open() as store:
         store.remove_session("web")
-    await ms(ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100")
+    again = await ms(
+        ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100", check=False
+    )
+    assert again.stderr == refused.stderr
+    await ms(ms_dirs, "--daemon", "2", "new", "-d", "-n", "api", "--", "sleep", "100")
     with ArrangementStore.open() as store:
         leaf = store.load().find("tmp")
         assert leaf is not None
@@ -175,11 +177,11 @@ async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
     table = (await ms(ms_dirs, "ls")).stdout.decode().splitlines()
     assert re.split(r"\s+", table[0])[:3] == ["NAME", "DAEMON", "STATE"]
     rows = sorted(tuple(line.split()[:2]) for line in table[1:])
-    assert rows == [("orphan-sleep-1", "1"), ("web", "1"), ("web", "2")]
+    assert rows == [("api", "2"), ("orphan-sleep-1", "1"), ("web", "1")]
     out = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
     assert sorted((c["name"], c["socket"].endswith("-1.socket"), c["saved"]) for c in out) == [
+        ("api", False, True),
         ("orphan-sleep-1", True, True),
-        ("web", False, True),
         ("web", True, False),
     ]
     # What ls calls it, attach and peek find.
@@ -297,6 +299,10 @@ async def test_errors_are_one_line_on_stderr_with_a_nonzero_status(ms_dirs: MsDi
 ARGUMENT_ERRORS = [
     (["new", "-d", "-n", "bad name", "--", "true"], 2, "bad session name 'bad name'"),
     (["new", "-d", "-n", "a" * 129, "--", "true"], 2, "bad session name 'aaa"),
+    (["new", "-d", "-n", "", "--", "true"], 2, "a session name cannot be empty"),
+    (["new", "-d", "-n", "orphan-vim-1", "--", "true"], 2, "bad session name 'orphan-vim-1'"),
+    (["attach", ""], 2, "a session name cannot be empty"),
+    (["kill", "a\n"], 2, "bad session name 'a\\n'"),
     (["attach", "-E", "../x"], 2, "bad session name '../x'"),
     (["kill", "-s", "BOGUS", "x"], 2, "unknown signal 'BOGUS'"),
     (["kill", "-s", "0", "x"], 2, "unknown signal '0'"),
