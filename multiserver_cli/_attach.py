@@ -31,7 +31,7 @@ from multiserver import (
     exit_status,
 )
 from multiserver._buffer import OutputBuffer
-from multiserver_cli import _proxy
+from multiserver_cli import _proxy, _shown
 from multiserver_cli._sessions import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
@@ -183,7 +183,10 @@ async def run_attached(
         await close_exited(client, child)
         say(f"[{name} {describe_exit(code)}]", _ends_line(shown))
         return exit_status(code)
-    await client.release([child.id], replace_output=shown.peek()[0])
+    screen = shown.peek()[0]
+    await client.release([child.id], replace_output=screen)
+    # So that ls counts as WAITING only what comes after this screen.
+    _shown.record(client.instance_id, child.id, len(screen))
     if outcome.signal is not None:
         return 128 + outcome.signal
     if reason == _proxy.TERMINAL_GONE:

@@ -30,7 +30,7 @@ from multiserver import (
     launch_env,
     open_client,
 )
-from multiserver_cli import _attach, _state
+from multiserver_cli import _attach, _shown, _state
 from multiserver_cli._format import ls_table, print_json
 from multiserver_cli._names import (
     NAME_TRIES,
@@ -56,6 +56,7 @@ from multiserver_cli._sessions import (
     scope_of,
     survey,
 )
+from multiserver_cli._shown import unseen
 from multiserver_cli._state import end_child
 
 
@@ -280,8 +281,16 @@ async def cmd_ls(args: Namespace) -> int:
         print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.
     rows = [s for s in sessions(view) if s.child is not None]
+    records = _shown.load()
+    waiting = [_waiting(s, records) for s in rows]
+    _shown.prune(
+        records,
+        {(s.instance_id, s.child.id) for s in rows if s.child is not None},
+        {d.instance_id for d in view.daemons},
+        all_seen=not args.daemon_given and not view.problems,
+    )
     if args.json:
-        print_json([_session_json(s) for s in rows])
+        print_json([_session_json(s, w) for s, w in zip(rows, waiting, strict=True)])
     elif rows:
         several = len({s.socket for s in rows}) > 1
         print(
@@ -289,6 +298,7 @@ async def cmd_ls(args: Namespace) -> int:
                 [s.child for s in rows if s.child is not None],
                 time.time(),
                 daemons=[s.daemon for s in rows] if several else None,
+                waiting=waiting,
             )
         )
     elif not view.problems:
@@ -297,9 +307,21 @@ async def cmd_ls(args: Namespace) -> int:
     return 1 if view.problems else 0
 
 
-def _session_json(s: Session) -> dict[str, object]:
+def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
+    """WAITING of a live session: None while held; else what it wrote since
+    its last detach (``_shown``)."""
+    c = s.child
+    assert c is not None
+    if c.held:
+        return None
+    return unseen(c.buffered_bytes, c.dropped_bytes, records.get((s.instance_id, c.id), 0))
+
+
+def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:
     assert s.child is not None
-    return child_json(s.child, s.socket, s.instance_id, saved=s.saved)
+    out = child_json(s.child, s.socket, s.instance_id, saved=s.saved)
+    out["waiting_bytes"], out["waiting_dropped_bytes"] = waiting or (0, 0)
+    return out
 
 
 async def cmd_peek(args: Namespace) -> int:

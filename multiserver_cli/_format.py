@@ -74,15 +74,32 @@ def daemon_label(socket: Path) -> str:
     return m.group(1) if m else socket.name
 
 
-def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = None) -> str:
+def waiting_text(waiting: tuple[int, int] | None) -> str:
+    """WAITING: (bytes kept, bytes dropped) since the last detach; None
+    while a client holds the session (it shows everything)."""
+    if waiting is None:
+        return "-"
+    kept, dropped = waiting
+    text = human_bytes(kept)
+    if dropped:
+        text += f" (+{human_bytes(dropped)} dropped)"
+    return text
+
+
+def ls_table(
+    children: list[ChildInfo],
+    now: float,
+    daemons: list[str] | None = None,
+    waiting: list[tuple[int, int] | None] | None = None,
+) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
-    children come from more than one)."""
+    children come from more than one). ``waiting``: each child's WAITING
+    figures (default: what its daemon buffers)."""
+    if waiting is None:
+        waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
     rows = []
-    for c in children:
+    for c, w in zip(children, waiting, strict=True):
         state = "running" if c.exit_code is None else describe_exit(c.exit_code)
-        waiting = human_bytes(c.buffered_bytes)
-        if c.dropped_bytes:
-            waiting += f" (+{human_bytes(c.dropped_bytes)} dropped)"
         rows.append(
             [
                 c.name,
@@ -91,7 +108,7 @@ def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = 
                 _truncate(shlex.join(c.argv), 40),
                 _truncate(c.cwd, 40),
                 human_age(now - c.started_at),
-                waiting,
+                waiting_text(w),
             ]
         )
     header = ["NAME", "STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING"]
