@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="attach if a session NAME exists (a saved one that is not running is started"
         " again from its saved command and cwd), else create it",
     )
-    p.add_argument("--cwd", help="working directory (default: this one)")
+    p.add_argument("--cwd", metavar="DIR", help="working directory (default: this one)")
     p.add_argument(
         "--linger",
         type=float,
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(
         subs,
         "peek",
-        "print a session's waiting output without attaching",
+        "print a session's kept output (what attach replays) without attaching",
         "multiserver peek --bytes 4096 build",
     )
     p.add_argument(

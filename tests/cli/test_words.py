@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import attrs
 import pytest
@@ -104,3 +105,29 @@ async def test_ls_json_is_one_array_as_its_help_says(ms_dirs: MsDirs) -> None:
     assert out.count(b"\n") == 1  # one line when piped
     parsed = json.loads(out)
     assert isinstance(parsed, list) and [s["name"] for s in parsed] == ["j"]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_command_table_names_every_command_and_option() -> None:
+    rows = {
+        m.group(1): m.group(0)
+        for m in re.finditer(
+            r"^\| `multiserver (\w+)[^|]*(?:\\\|[^|]*)*\|.*$", README.read_text(), re.M
+        )
+    }
+    parser = build_parser()
+    (subs,) = [a for a in parser._actions if a.dest == "cmd"]
+    assert subs.choices is not None
+    assert set(rows) == set(subs.choices), "README's table and the commands differ"
+    for command, sub in subs.choices.items():
+        row = rows[command]
+        missing = [
+            action.option_strings
+            for action in sub._actions
+            if action.option_strings
+            and action.dest != "help"
+            and not any(re.search(rf"{re.escape(o)}[ \]]", row) for o in action.option_strings)
+        ]
+        assert not missing, f"README's row for {command} leaves out {missing}"
