@@ -123,7 +123,7 @@ async def cmd_stop(args: Namespace) -> int:
 
 
 async def cmd_new(args: Namespace) -> int:
-    name = None if args.name is None else check_name(args.name, new=True)
+    name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
     if args.attach_existing and name is None:
         raise CliError("-A needs a session name (-n NAME)", 2)
     if not args.detach and not os.isatty(0):

@@ -336,7 +336,9 @@ def plan_new(
 ) -> NewPlan:
     """What ``new`` does: attach (``-A`` and a live session ``name``),
     create, or refuse. ``name`` None: the next free number. ``name`` must
-    have passed ``name_problem`` already."""
+    have passed ``name_problem`` already (for ``-A``, as an existing
+    session's: an adopted ``orphan-…`` is attached or started again, but
+    not created)."""
     if name is None:
         return Create(pick_default(survey), explicit=False)
     if attach_existing:
@@ -356,6 +358,9 @@ def plan_new(
                     " still: try again once it answers"
                 )
             return Create(name, explicit=True, saved=leaf)
+        problem = name_problem(name, new=True)
+        if problem is not None:
+            return Refused(problem)
     conflict = new_name_conflict(survey, name)
     if conflict is not None:
         return Refused(conflict)

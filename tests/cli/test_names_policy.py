@@ -167,6 +167,10 @@ def test_plan_new() -> None:
     # ...unless its daemon did not answer: its program may run there still.
     wedged = plan_new(SURVEY, "wedged", attach_existing=True)
     assert isinstance(wedged, Refused) and "try again once it answers" in wedged.message
+    # -A takes an adopter's name that exists, and creates none.
+    assert isinstance(plan_new(SURVEY, "orphan-sh-1", attach_existing=True), Found)
+    nothing = plan_new(SURVEY, "orphan-x-1", attach_existing=True)
+    assert isinstance(nothing, Refused) and "are the adopter's" in nothing.message
     # -A with --daemon 1 for a name that lives on daemon 2: not a second one.
     elsewhere = plan_new(SURVEY, "2", attach_existing=True, scope=sock(1))
     assert elsewhere == Refused(
