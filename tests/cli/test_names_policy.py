@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from multiserver import ChildInfo
@@ -27,6 +28,7 @@ from multiserver_cli._names import (
     taken,
 )
 from restore import RestorationRef, SessionLeaf
+from tests.restore.test_plan import child as plan_child
 
 RUN = Path("/run/ms")
 
@@ -36,24 +38,7 @@ def sock(n: int) -> Path:
 
 
 def child(id: int, name: str, exit_code: int | None = None) -> ChildInfo:
-    return ChildInfo(
-        id=id,
-        pid=1000 + id,
-        name=name,
-        argv=["sh"],
-        cwd="/",
-        tty="/dev/pts/1",
-        rows=24,
-        cols=80,
-        state="running" if exit_code is None else "exited",
-        exit_code=exit_code,
-        held=False,
-        buffered_bytes=0,
-        dropped_bytes=0,
-        started_at=0.0,
-        exited_at=None,
-        linger=None,
-    )
+    return attrs.evolve(plan_child(id, exit_code=exit_code), name=name)
 
 
 def leaf(name: str, n: int | None, instance: str = "i1", child_id: int = 1) -> SessionLeaf:
