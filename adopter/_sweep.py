@@ -31,6 +31,7 @@ from multiserver import (
     DaemonNotRunning,
     MultiserverError,
     UnsafeDirectory,
+    describe_exit,
     dial,
     remove_stale_socket,
     unlink_if_same,
@@ -96,13 +97,17 @@ def _remove_stale(sock: Path) -> str:
     return "removed"
 
 
+def _ended(child: ChildInfo) -> str:
+    return "ended" if child.exit_code is None else describe_exit(child.exit_code)
+
+
 def _ended_row(sock: str, state: RowState, child: ChildInfo, collected: bool) -> SweepRow:
     then = "collected" if collected else "not collected (its daemon did not answer)"
     return SweepRow(
         sock,
         state,
         "ended",
-        detail=f"orphan {child.name} had exited with code {child.exit_code}; {then}",
+        detail=f"orphan {child.name} had ended ({_ended(child)}); {then}",
         exit_code=child.exit_code,
     )
 
@@ -207,7 +212,7 @@ async def _sweep_socket(
                     name=c.name,
                     detail=" ".join(c.argv)
                     if c.state == "running"
-                    else f"exited with code {c.exit_code}: {' '.join(c.argv)}",
+                    else f"{_ended(c)}: {' '.join(c.argv)}",
                     exit_code=c.exit_code,
                 )
                 for c in found

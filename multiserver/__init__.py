@@ -22,6 +22,7 @@ from multiserver._lazy import lazy_exports
 if TYPE_CHECKING:
     from multiserver._client import Client, dial, handshake, open_client
     from multiserver._config import DaemonConfig
+    from multiserver._env import DEFAULT_STRIP_ENV, launch_env, strip_env
     from multiserver._errors import (
         ChildFailed,
         ConnectionClosed,
@@ -32,7 +33,14 @@ if TYPE_CHECKING:
         UnsafeDirectory,
         VersionRefused,
     )
-    from multiserver._messages import PROTOCOL_VERSION, ChildExited, ChildInfo, ChildTaken
+    from multiserver._messages import (
+        PROTOCOL_VERSION,
+        ChildExited,
+        ChildInfo,
+        ChildTaken,
+        describe_exit,
+        exit_status,
+    )
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
     from multiserver._results import ClaimResult, LaunchResult, PeekResult
     from multiserver._spawn import TimedOut
@@ -52,6 +60,7 @@ _HOMES: dict[str, str] = {
     "ClaimResult": "multiserver._results",
     "Client": "multiserver._client",
     "ConnectionClosed": "multiserver._errors",
+    "DEFAULT_STRIP_ENV": "multiserver._env",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
@@ -68,14 +77,18 @@ _HOMES: dict[str, str] = {
     "VersionRefused": "multiserver._errors",
     "connect": "multiserver._start",
     "connect_or_start": "multiserver._start",
+    "describe_exit": "multiserver._messages",
     "dial": "multiserver._client",
     "dial_blocking": "multiserver._sync",
+    "exit_status": "multiserver._messages",
     "fallback_dir": "multiserver._paths",
     "handshake": "multiserver._client",
+    "launch_env": "multiserver._env",
     "open_client": "multiserver._client",
     "remove_stale_socket": "multiserver._stale",
     "runtime_dir": "multiserver._paths",
     "state_dir": "multiserver._paths",
+    "strip_env": "multiserver._env",
     "unlink_if_same": "multiserver._stale",
 }
 
@@ -85,6 +98,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_STRIP_ENV",
     "PROTOCOL_VERSION",
     "ChildExited",
     "ChildFailed",
@@ -108,13 +122,17 @@ __all__ = [
     "VersionRefused",
     "connect",
     "connect_or_start",
+    "describe_exit",
     "dial",
     "dial_blocking",
+    "exit_status",
     "fallback_dir",
     "handshake",
+    "launch_env",
     "open_client",
     "remove_stale_socket",
     "runtime_dir",
     "state_dir",
+    "strip_env",
     "unlink_if_same",
 ]

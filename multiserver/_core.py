@@ -40,6 +40,7 @@ import attrs
 
 from multiserver._buffer import OutputBuffer
 from multiserver._codec import MAX_FDS_PER_FRAME, FrameTooLarge
+from multiserver._env import child_env
 from multiserver._fds import OwnedFd, close_all, dup_all
 from multiserver._messages import (
     MIN_PROTOCOL_VERSION,
@@ -84,9 +85,6 @@ CLAIM_BATCH_BYTES = 8 * 1024 * 1024
 # Version 4 pages listings and shortens argv with a count of what it left out.
 PAGED_VERSION = 4
 
-DEFAULT_TERM = "xterm-256color"
-OWN_ENV_PREFIX = "MULTISERVER_"
-
 # The signal numbers this OS knows, built once: signal.valid_signals() makes
 # a new set of enums on every call (0.4 ms).
 VALID_SIGNALS = frozenset(int(s) for s in signal.valid_signals())
@@ -99,15 +97,6 @@ class LaunchError(Exception):
         super().__init__(message)
         self.errno = err
         self.message = message
-
-
-def child_env(env: dict[str, str]) -> dict[str, str]:
-    """The environment a child gets: the client's, less the daemon's own
-    variables, with TERM set."""
-    out = {k: v for k, v in env.items() if not k.startswith(OWN_ENV_PREFIX)}
-    if not out.get("TERM"):
-        out["TERM"] = DEFAULT_TERM
-    return out
 
 
 def launch_problem(

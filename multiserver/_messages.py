@@ -13,6 +13,7 @@ See docs/protocol.md for the byte-level description.
 from __future__ import annotations
 
 import re
+import signal
 from typing import ClassVar, Literal
 
 import attrs
@@ -59,6 +60,23 @@ class ChildInfo:
     # Version 4. Characters of argv left out of this answer (a listing is
     # bounded; the child keeps its whole argv). 0: argv is whole.
     argv_omitted: int = 0
+
+
+def describe_exit(exit_code: int) -> str:
+    """A child's end as a person reads it: "exited with code 3", or, for a
+    negative ``ChildInfo.exit_code``, "killed by SIGHUP"."""
+    if exit_code >= 0:
+        return f"exited with code {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    return f"killed by {name}"
+
+
+def exit_status(exit_code: int) -> int:
+    """A child's end as a shell reports it: its code, or 128+N for signal N."""
+    return 128 - exit_code if exit_code < 0 else exit_code
 
 
 # --- handshake -------------------------------------------------------------

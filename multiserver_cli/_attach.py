@@ -23,9 +23,17 @@ from typing import Literal
 
 import attrs
 
-from multiserver import ChildExited, ChildInfo, ChildTaken, ConnectionClosed, SyncClient
+from multiserver import (
+    ChildExited,
+    ChildInfo,
+    ChildTaken,
+    ConnectionClosed,
+    SyncClient,
+    describe_exit,
+    exit_status,
+)
 from multiserver._buffer import OutputBuffer
-from multiserver_cli import _proxy
+from multiserver_cli import _proxy, _shown
 from multiserver_cli._errors import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
@@ -54,11 +62,6 @@ class _Outcome:
 def _ends_line(shown: OutputBuffer) -> bool:
     data = shown.peek()[0]
     return not data or data.endswith(b"\n")
-
-
-def exit_status(code: int) -> int:
-    """A child's exit code as a shell would report it (128+N for signal N)."""
-    return 128 - code if code < 0 else code
 
 
 def terminal_size(fd: int) -> tuple[int, int] | None:
@@ -171,9 +174,12 @@ def run_attached(
     if outcome.exit_code is not None:
         code = outcome.exit_code
         close_exited(client, child)
-        say(f"[{name} exited with code {code}]", _ends_line(shown))
+        say(f"[{name} {describe_exit(code)}]", _ends_line(shown))
         return exit_status(code)
-    client.release([child.id], replace_output=shown.peek()[0])
+    screen = shown.peek()[0]
+    client.release([child.id], replace_output=screen)
+    # So that ls counts as WAITING only what comes after this screen.
+    _shown.record(client.instance_id, child.id, len(screen))
     if outcome.signal is not None:
         return 128 + outcome.signal
     if outcome.reason == _proxy.TERMINAL_GONE:
@@ -262,5 +268,5 @@ def attach_exited(
         _proxy.write_all(sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
     close_exited(client, child)
-    say(f"[{child.name} exited with code {code}]", not replay or replay.endswith(b"\n"))
+    say(f"[{child.name} {describe_exit(code)}]", not replay or replay.endswith(b"\n"))
     return exit_status(code)

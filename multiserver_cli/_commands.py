@@ -10,6 +10,7 @@ attached. Each command opens the saved arrangement once, if it needs it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import signal
@@ -17,8 +18,7 @@ import sys
 import time
 from argparse import Namespace
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -26,22 +26,40 @@ from multiserver import (
     ChildInfo,
     DaemonNotRunning,
     DaemonPaths,
+    LaunchResult,
     RequestFailed,
     SyncClient,
     TimedOut,
+    describe_exit,
     dial_blocking,
+    launch_env,
 )
-from multiserver_cli import _state
+from multiserver_cli import _shown, _state
 from multiserver_cli._errors import CliError
-from multiserver_cli._format import daemon_label, ls_table, print_json
+from multiserver_cli._format import ls_table, print_json, save_summary
+from multiserver_cli._names import (
+    NAME_TRIES,
+    Create,
+    Found,
+    Refused,
+    SavedOnly,
+    Session,
+    Survey,
+    pick_default,
+    plan_new,
+    sessions,
+)
 from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     Located,
     check_name,
-    check_name_free,
     find_session,
-    saved_names,
+    live_or_fail,
+    located,
+    lookup,
     scan,
+    scope_of,
+    survey,
 )
 from multiserver_cli._state import end_child, open_store
 from restore import ArrangementStore, RestorationRef
@@ -120,45 +138,49 @@ def cmd_stop(args: Namespace) -> int:
 
 
 def cmd_new(args: Namespace) -> int:
-    name = check_name(args.name) if args.name else ""
+    name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
+    if args.attach_existing and name is None:
+        raise CliError("-A needs a session name (-n NAME)", 2)
     if not args.detach and not os.isatty(0):
         # Checked before launching: else the session would be left running, held by nobody.
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
     with open_store() as store:
-        if args.attach_existing:
-            if not name:
-                raise CliError("-A needs a session name (-n NAME)", 2)
-            try:
-                found = find_session(name, _number(args), store)
-            except CliError:
-                pass
-            else:
-                return _attach_found(args, found, store)
+        # Every daemon, whatever --daemon says: a name is one session's across them all.
+        view = survey(store)
+        plan = plan_new(
+            view, name, attach_existing=args.attach_existing, scope=scope_of(_number(args))
+        )
+        if isinstance(plan, Refused):
+            raise CliError(plan.message)
+        if isinstance(plan, Found):
+            return _attach_found(args, located(plan.session), store)
         from multiserver_cli import _attach  # only a command that attaches loads it
 
-        argv = args.command or user_shell()
-        cwd = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+        saved = plan.saved
+        argv = args.command or (list(saved.argv) if saved is not None else user_shell())
+        if args.cwd:
+            cwd = os.path.abspath(args.cwd)
+        elif saved is not None:
+            cwd = saved.cwd if os.path.isdir(saved.cwd) else os.path.expanduser("~")
+        else:
+            cwd = os.getcwd()
         size = _attach.terminal_size(0) or (24, 80)
-        paths = _paths(args)
-        if name:
-            check_name_free(name, paths.socket, store)
         with (
             bounded("new"),
-            dial_blocking(paths, start=True, children=False, deadline=deadline()) as client,
+            dial_blocking(_paths(args), start=True, children=False, deadline=deadline()) as client,
         ):
-            try:
-                launched = client.launch(
-                    argv,
-                    env=dict(os.environ),
-                    cwd=cwd,
-                    rows=size[0],
-                    cols=size[1],
-                    name=name,
-                    linger=args.linger,
-                    hold=not args.detach,
-                )
-            except RequestFailed as exc:
-                raise CliError(exc.message) from None
+            launched = _launch(
+                client,
+                plan,
+                view,
+                argv,
+                env=launch_env(os.environ, args.strip_env, args.keep_env),
+                cwd=cwd,
+                rows=size[0],
+                cols=size[1],
+                linger=args.linger,
+                hold=not args.detach,
+            )
             _state.record_new(
                 store, launched.child, client.socket_path, client.instance_id, args.window, argv
             )
@@ -178,6 +200,24 @@ def cmd_new(args: Namespace) -> int:
             )
 
 
+def _launch(
+    client: SyncClient, plan: Create, view: Survey, argv: list[str], **launch: Any
+) -> LaunchResult:
+    """Launch under the plan's name. A default name the daemon refuses as
+    taken (another ``new`` took it meanwhile) gives way to the next free one,
+    NAME_TRIES times at most; an explicit one is the user's and is refused."""
+    name = plan.name
+    refused: list[str] = []
+    while True:
+        try:
+            return client.launch(argv, name=name, **launch)
+        except RequestFailed as exc:
+            if exc.errno != errno.EEXIST or plan.explicit or len(refused) + 1 >= NAME_TRIES:
+                raise CliError(exc.message) from None
+            refused.append(name)
+            name = pick_default(view, refused)
+
+
 def _closer(store: ArrangementStore | None) -> CloseExited:
     return lambda client, child: _state.close_exited(store, client, child)
 
@@ -187,13 +227,16 @@ def cmd_attach(args: Namespace) -> int:
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     with open_store() as store:
-        return _attach_found(args, find_session(name, _number(args), store), store)
+        return _attach_found(args, find_session(name, _number(args), "attach", store), store)
 
 
 def _attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
+    """Attach this terminal to the live session ``found``."""
     from multiserver_cli import _attach
 
-    name = found.child.name
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    name = found.child.name  # the name the user knows it by
     with (
         bounded("attach"),
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,
@@ -204,7 +247,7 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
-        child = attrs.evolve(result.child, name=name)  # the name the user knows it by
+        child = attrs.evolve(result.child, name=name)
         replay = _state.take_notice(store, name) + result.output
         if result.dropped:
             replay = (
@@ -254,40 +297,60 @@ def child_json(
 
 
 def cmd_ls(args: Namespace) -> int:
-    result = scan(_number(args))
-    for problem in result.problems:
-        print(f"multiserver: {problem}", file=sys.stderr)
     with open_store() as store:
-        saved = saved_names(store)
+        view = survey(store, _number(args))
+    for problem in view.problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.
-    rows: list[tuple[Path, str, ChildInfo, bool]] = []
-    for d in result.daemons:
-        for c in d.children:
-            name = saved.get((str(d.socket), d.instance_id, c.id))
-            shown = c if name is None else attrs.evolve(c, name=name)
-            rows.append((d.socket, d.instance_id, shown, name is not None))
+    rows = [s for s in sessions(view) if s.child is not None]
+    records = _shown.load()
+    waiting = [_waiting(s, records) for s in rows]
+    _shown.prune(
+        records,
+        {(s.instance_id, s.child.id) for s in rows if s.child is not None},
+        {d.instance_id for d in view.daemons},
+        all_seen=not args.daemon_given and not view.problems,
+    )
     if args.json:
-        print_json([child_json(c, str(s), i, saved=k) for s, i, c, k in rows])
+        print_json([_session_json(s, w) for s, w in zip(rows, waiting, strict=True)])
     elif rows:
-        several = len({s for s, _, _, _ in rows}) > 1
+        several = len({s.socket for s in rows}) > 1
         print(
             ls_table(
-                [c for _, _, c, _ in rows],
+                [s.child for s in rows if s.child is not None],
                 time.time(),
-                daemons=[daemon_label(s) for s, _, _, _ in rows] if several else None,
+                daemons=[s.daemon for s in rows] if several else None,
+                waiting=waiting,
             )
         )
-    elif not result.problems:
+    elif not view.problems:
         print("no sessions", file=sys.stderr)
     # A daemon that could not be read is not "no sessions": say so, and fail.
-    return 1 if result.problems else 0
+    return 1 if view.problems else 0
+
+
+def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
+    """WAITING of a live session: None while held; else what it wrote since
+    its last detach (``_shown``)."""
+    c = s.child
+    assert c is not None
+    if c.held:
+        return None
+    return _shown.unseen(c.buffered_bytes, c.dropped_bytes, records.get((s.instance_id, c.id), 0))
+
+
+def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:
+    assert s.child is not None
+    out = child_json(s.child, s.socket, s.instance_id, saved=s.saved)
+    out["waiting_bytes"], out["waiting_dropped_bytes"] = waiting or (0, 0)
+    return out
 
 
 def cmd_peek(args: Namespace) -> int:
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
     with open_store() as store:
-        found = find_session(args.name, _number(args), store)
+        found = find_session(args.name, _number(args), "peek", store)
     with (
         bounded("peek"),
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,
@@ -315,11 +378,14 @@ def parse_signal(spec: str) -> int:
 
 def cmd_kill(args: Namespace) -> int:
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
+    only_signal = args.signal is not None
     with open_store() as store:
         _state.finish_pending_closes(store)
-        found = find_session(args.name, _number(args), store)
+        resolution = lookup(args.name, _number(args), "kill", store)
+        if isinstance(resolution, SavedOnly) and not only_signal:
+            return _forget_saved(store, resolution.session)
+        found = live_or_fail(args.name, resolution)
         child = found.child
-        only_signal = args.signal is not None
         # The durable close: staged first, so a crash from here on is finished
         # by the next run (a bare signal closes nothing unless the child ends).
         staged = (
@@ -344,7 +410,24 @@ def cmd_kill(args: Namespace) -> int:
                 client.collect(child.id)
         if staged is not None:
             _state.complete_close(store, staged.name, staged.ref)
-    print(f"{child.name}: ended (exit code {code})", file=sys.stderr)
+    # The kill did what was asked: its status is 0 whatever the signal.
+    print(f"{child.name}: {describe_exit(code)}", file=sys.stderr)
+    return 0
+
+
+def _forget_saved(store: ArrangementStore | None, session: Session) -> int:
+    """``kill NAME`` of a saved session with no live child: forget it (a
+    durable close, which also ends its child should its daemon answer after all)."""
+    name = session.name
+    if _state.stage_close_named(store, name) is None:
+        raise CliError(f"no session named {name!r}")  # forgotten meanwhile
+    _state.finish_pending_closes(store)
+    if _state.close_pending(store, name):
+        raise CliError(
+            f"{name}: forgotten, but its daemon did not answer: its program is ended"
+            " when it does (by the next multiserver command)"
+        )
+    print(f"{name}: forgot the saved session ({session.why_not_running})", file=sys.stderr)
     return 0
 
 
@@ -373,21 +456,23 @@ def cmd_save(args: Namespace) -> int:
         for c in d.children:
             title = " ".join(c.fg_argv) if c.fg_argv else None
             refresh[(str(d.socket), d.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
-    changed = 0
+    changed = live = total = 0
     with _state.open_store() as store:
         if store is None:
             return 1
         arrangement = store.load()
         for leaf in arrangement.leaves():
+            total += 1
             ref: RestorationRef | None = leaf.ref
             if ref is None:
                 continue
             r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
             if r is None:
                 continue
+            live += 1
             new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
             if new != leaf:
                 store.update_session(new)
                 changed += 1
-    print(f"saved {changed} session(s)", file=sys.stderr)
+    print(save_summary(total, live, changed), file=sys.stderr)
     return 0

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, describe_exit
 from multiserver._paths import SOCKET_RE
 
 
@@ -52,21 +52,54 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def save_summary(total: int, live: int, changed: int) -> str:
+    """What ``save`` did: every saved session is saved; ``live`` of them
+    were asked for their cwd and title, ``changed`` of those had moved on."""
+    if total == 0:
+        return "nothing to save: no saved sessions"
+    line = f"saved {plural(total, 'session')} ({changed} updated"
+    if total > live:
+        gone = total - live
+        line += f"; {gone} not running, kept as {'it was' if gone == 1 else 'they were'}"
+    return line + ")"
+
+
 def daemon_label(socket: Path) -> str:
     """A daemon as `--daemon N` names it: its number, else its socket's name."""
     m = SOCKET_RE.match(socket.name)
     return m.group(1) if m else socket.name
 
 
-def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = None) -> str:
+def waiting_text(waiting: tuple[int, int] | None) -> str:
+    """WAITING: (bytes kept, bytes dropped) since the last detach; None
+    while a client holds the session (it shows everything)."""
+    if waiting is None:
+        return "-"
+    kept, dropped = waiting
+    text = human_bytes(kept)
+    if dropped:
+        text += f" (+{human_bytes(dropped)} dropped)"
+    return text
+
+
+def ls_table(
+    children: list[ChildInfo],
+    now: float,
+    daemons: list[str] | None = None,
+    waiting: list[tuple[int, int] | None] | None = None,
+) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
-    children come from more than one)."""
+    children come from more than one). ``waiting``: each child's WAITING
+    figures (default: what its daemon buffers)."""
+    if waiting is None:
+        waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
     rows = []
-    for c in children:
-        state = "running" if c.state == "running" else f"exited {c.exit_code}"
-        waiting = human_bytes(c.buffered_bytes)
-        if c.dropped_bytes:
-            waiting += f" (+{human_bytes(c.dropped_bytes)} dropped)"
+    for c, w in zip(children, waiting, strict=True):
+        state = "running" if c.exit_code is None else describe_exit(c.exit_code)
         rows.append(
             [
                 c.name,
@@ -75,7 +108,7 @@ def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = 
                 _truncate(shlex.join(c.argv), 40),
                 _truncate(c.cwd, 40),
                 human_age(now - c.started_at),
-                waiting,
+                waiting_text(w),
             ]
         )
     header = ["NAME", "STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING"]

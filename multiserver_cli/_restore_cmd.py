@@ -3,6 +3,7 @@ commands that talk to many daemons at once, on trio."""
 
 from __future__ import annotations
 
+import os
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 import trio
 
 from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
+from multiserver import launch_env
 from multiserver_cli import _state
 from multiserver_cli._errors import CliError
-from multiserver_cli._format import print_json, table
+from multiserver_cli._format import plural, print_json, table
 from restore._build import RestoredSession
 from restore._partial import DaemonAttachment
 from restore._plan import Options
@@ -67,7 +69,8 @@ async def cmd_restore(args: Namespace) -> int:
         daemons = len({leaf.ref.socket for leaf in arrangement.leaves() if leaf.ref is not None})
         if not args.json:
             print(
-                f"restoring {total} session(s) of {daemons} daemon(s) within {args.timeout:g} s",
+                f"restoring {plural(total, 'session')} of {plural(daemons, 'daemon')}"
+                f" within {args.timeout:g} s",
                 file=sys.stderr,
             )
 
@@ -104,6 +107,7 @@ async def cmd_restore(args: Namespace) -> int:
                 store=store,
                 hold=False,
                 keep_output=True,
+                env=launch_env(os.environ, args.strip_env, args.keep_env),
                 progress=progress,
                 on_arrival=arrived,
                 on_late=on_late,

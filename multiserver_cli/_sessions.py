@@ -1,7 +1,9 @@
 """Finding sessions by name across the user's daemons, never hanging on one.
 
-A name the saved arrangement knows is looked up where it lives: one daemon,
-one round trip, however many sessions the others hold. Otherwise each daemon
+What a name means is decided by ``_names`` from what the daemons said and
+what the store saved (a ``Survey``); this module only gathers it. A name the
+saved arrangement knows is looked up where it lives first: one daemon, one
+round trip, however many sessions the others hold. Otherwise every daemon
 found in the socket dirs is asked, concurrently (a thread each), each under
 its own bound; a daemon that does not answer in time is reported, not
 waited for. Blocking calls only: no trio.
@@ -24,9 +26,18 @@ from multiserver import (
     UnsafeDirectory,
     dial_blocking,
 )
-from multiserver._messages import NAME_RE
 from multiserver._paths import find_sockets
 from multiserver_cli._errors import CliError
+from multiserver_cli._names import (
+    DaemonView,
+    Found,
+    Resolution,
+    SavedOnly,
+    Session,
+    Survey,
+    name_problem,
+    resolve,
+)
 from restore import ArrangementStore
 
 # How long one daemon may take to say hello before it is reported as unresponsive.
@@ -35,27 +46,20 @@ SCAN_TIMEOUT = 2.0
 REQUEST_TIMEOUT = 10.0
 
 
-def check_name(name: str) -> str:
-    if not NAME_RE.match(name):
-        raise CliError(
-            f"bad session name {name!r}: use letters, digits, '_', '.', '-' (first a letter or digit, at most 128)",
-            2,
-        )
+def check_name(name: str, *, new: bool = False) -> str:
+    """``name``, or CliError (status 2) if it cannot name a session (``new``:
+    a new session)."""
+    problem = name_problem(name, new=new)
+    if problem is not None:
+        raise CliError(problem, 2)
     return name
-
-
-@attrs.frozen
-class DaemonView:
-    socket: Path
-    instance_id: str
-    pid: int
-    children: list[ChildInfo]
 
 
 @attrs.frozen
 class Scan:
     daemons: list[DaemonView]
     problems: list[str]  # one line each: unresponsive or refused daemons
+    silent: frozenset[str] = frozenset()  # the sockets of those daemons
 
 
 def _ask(sock_path: Path, foreground: bool) -> DaemonView | str | None:
@@ -94,34 +98,42 @@ def scan(number: int | None = None, *, foreground: bool = False) -> Scan:
     for t in threads:
         t.join()
     daemons = [a for a in answers if isinstance(a, DaemonView)]
-    problems = [a for a in answers if isinstance(a, str)]
-    return Scan(daemons, problems)
+    silent = frozenset(str(s) for s, a in zip(sockets, answers, strict=True) if isinstance(a, str))
+    return Scan(daemons, [a for a in answers if isinstance(a, str)], silent)
+
+
+def survey(store: ArrangementStore | None, number: int | None = None) -> Survey:
+    """What names are decided on: every daemon's children (or daemon
+    ``number``'s only) and the saved sessions."""
+    result = scan(number)
+    saved = store.load().leaves() if store is not None else []
+    return Survey(result.daemons, result.silent, saved, result.problems)
 
 
 @attrs.frozen
 class Located:
     socket: Path
     instance_id: str
-    child: ChildInfo
+    child: ChildInfo  # under the name the user knows it by
 
 
-SavedKey = tuple[str, str, int]  # daemon socket, daemon instance id, child id
+def located(session: Session) -> Located:
+    assert session.child is not None
+    return Located(Path(session.socket), session.instance_id, session.child)
 
 
-def saved_names(store: ArrangementStore | None) -> dict[SavedKey, str]:
-    """The saved sessions' names by the child they refer to: a saved name
-    (an adopted orphan's, say) comes before the daemon's name for its child."""
-    leaves = store.load().leaves() if store is not None else []
-    return {
-        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id): leaf.name
-        for leaf in leaves
-        if leaf.ref is not None
-    }
+def scope_of(number: int | None) -> Path | None:
+    return None if number is None else DaemonPaths.for_number(number).socket
 
 
 def _where_saved(name: str, number: int | None, store: ArrangementStore | None) -> Located | None:
     """The saved session ``name``, asked of its own daemon only: one round
-    trip. None if the store does not know it, or its child is gone."""
+    trip, without listing its children. Only while one daemon runs: with
+    several, a child of another daemon may have the same name (old data,
+    or a race), and only asking them all can tell. None if the store does
+    not know the name, or its child is not there."""
+    if len(find_sockets()) > 1:
+        return None
     leaf = store.load().find(name) if store is not None else None
     if leaf is None or leaf.ref is None:
         return None
@@ -136,63 +148,42 @@ def _where_saved(name: str, number: int | None, store: ArrangementStore | None) 
                 return None
             child = client.peek(ref.child_id, 0).child
     except MultiserverError:
-        return None  # gone, or not answering: the scan says which
-    # Shown under the name the user knows it by.
+        return None  # gone, or not answering: the survey says which
     return Located(Path(ref.socket), ref.instance_id, attrs.evolve(child, name=name))
 
 
-def find_session(name: str, number: int | None, store: ArrangementStore | None) -> Located:
-    """The session called ``name``: the saved session of that name if its
-    child lives (an adopted orphan is saved under a name of its own), else
-    the daemons' child of that name. CliError if none or several match."""
+def lookup(
+    name: str, number: int | None, command: str, store: ArrangementStore | None
+) -> Resolution | Located:
+    """What ``name`` names for ``command``: the saved session's live child,
+    asked of its daemon alone; else ``_names.resolve`` over every daemon.
+    With ``number`` (``--daemon N``) only that daemon's children are
+    candidates; every daemon is asked either way, as a saved session whose
+    child lives on another daemon is not one "saved, not running"."""
     check_name(name)
     found = _where_saved(name, number, store)
     if found is not None:
         return found
-    result = scan(number)
-    saved = saved_names(store)
-    matches = [
-        Located(d.socket, d.instance_id, attrs.evolve(c, name=name))
-        for d in result.daemons
-        for c in d.children
-        if saved.get((str(d.socket), d.instance_id, c.id)) == name
-    ]
-    if not matches:
-        matches = [
-            Located(d.socket, d.instance_id, c)
-            for d in result.daemons
-            for c in d.children
-            if c.name == name
-        ]
-    if not matches:
-        extra = f" ({'; '.join(result.problems)})" if result.problems else ""
-        raise CliError(f"no session named {name!r}{extra}")
-    if len(matches) > 1:
-        raise CliError(f"several sessions are named {name!r}; choose one with --daemon N")
-    return matches[0]
+    return resolve(survey(store), name, command=command, scope=scope_of(number))
 
 
-def check_name_free(name: str, socket: Path, store: ArrangementStore | None) -> None:
-    """Refuse ``name`` for a new session on the daemon at ``socket`` while a
-    saved session of that name lives on another daemon. (Each daemon keeps
-    its own children's names apart; the saved arrangement spans them all,
-    and a new leaf would take the name from the live one.)"""
-    leaf = store.load().find(name) if store is not None else None
-    if leaf is None or leaf.ref is None or leaf.ref.socket == str(socket):
-        return
-    ref = leaf.ref
-    alive = False
-    try:  # a wedged daemon does not hold the name
-        with dial_blocking(
-            Path(ref.socket), children=False, deadline=time.monotonic() + SCAN_TIMEOUT
-        ) as client:
-            if client.instance_id == ref.instance_id:
-                client.peek(ref.child_id, 0)
-                alive = True
-    except MultiserverError:  # gone, or the child is unknown (ENOENT)
-        pass
-    if alive:
+def live_or_fail(name: str, found: Resolution | Located) -> Located:
+    """The live session of a resolution; CliError if none, several, or a
+    saved session with no live child."""
+    if isinstance(found, Located):
+        return found
+    if isinstance(found, Found):
+        return located(found.session)
+    if isinstance(found, SavedOnly):
         raise CliError(
-            f"a session named {name!r} already runs on {Path(ref.socket).name};"
-            " choose another name (or attach to it)"
+            f"session {name!r} is {found.session.state}; `multiserver restore` brings it"
+            f" back, `multiserver kill {name}` forgets it"
         )
+    raise CliError(found.message)
+
+
+def find_session(
+    name: str, number: int | None, command: str, store: ArrangementStore | None
+) -> Located:
+    """The live session called ``name`` (see ``lookup``)."""
+    return live_or_fail(name, lookup(name, number, command, store))

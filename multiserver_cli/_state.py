@@ -125,6 +125,25 @@ def stage_close(
         return None
 
 
+def stage_close_named(store: ArrangementStore | None, name: str) -> SessionLeaf | None:
+    """Stage the durable close of the saved session ``name`` (one with no
+    live child: ``kill NAME`` forgets it). None if there is none."""
+    if store is None:
+        return None
+    try:
+        return store.stage_close(name)
+    except KeyError:
+        return None
+    except StoreError as exc:
+        warn(f"could not save the close of {name}: {exc}")
+        return None
+
+
+def close_pending(store: ArrangementStore | None, name: str) -> bool:
+    """Whether a close of ``name`` is still pending (its daemon did not answer)."""
+    return store is not None and any(p.name == name for p in store.pending_closes())
+
+
 def complete_close(store: ArrangementStore | None, name: str, ref: RestorationRef | None) -> None:
     if store is None:
         return

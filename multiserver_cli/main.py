@@ -61,6 +61,27 @@ def _detach_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _env_options(p: argparse.ArgumentParser) -> None:
+    """Where sessions start: what of this environment they do not get."""
+    p.add_argument(
+        "--strip-env",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="leave variables matching this name or glob (e.g. 'AWS_*') out of the session's"
+        " environment; repeatable; adds to $MULTISERVER_STRIP_ENV and the default list"
+        " (*_API_KEY, *_AUTH_TOKEN, GITHUB_TOKEN...: see README)",
+    )
+    p.add_argument(
+        "--keep-env",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="keep variables matching this even if a strip pattern matches them; repeatable;"
+        " adds to $MULTISERVER_KEEP_ENV ('*' strips no credentials)",
+    )
+
+
 def _sub(
     subs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, example: str
 ) -> argparse.ArgumentParser:
@@ -81,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
     )
     parser.add_argument(
-        "--daemon", type=int, metavar="N", help="use daemon N (default: $MULTISERVER_DAEMON or 1)"
+        "--daemon",
+        type=int,
+        metavar="N",
+        help="new, daemon, stop: use daemon N (default: $MULTISERVER_DAEMON or 1);"
+        " ls, attach, peek, kill: only daemon N's sessions (default: every daemon's)",
     )
     subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")
 
@@ -103,7 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
         "start a session and attach to it (-d: leave it detached)",
         "multiserver new -n build -d -- make -j4",
     )
-    p.add_argument("-n", "--name", help="session name (default: a number)")
+    p.add_argument(
+        "-n",
+        "--name",
+        help="session name, unused on every daemon (default: the smallest free number)",
+    )
     p.add_argument(
         "-d", "--detach", action="store_true", help="do not attach; print the session's name"
     )
@@ -111,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-A",
         dest="attach_existing",
         action="store_true",
-        help="attach if a session NAME exists, else create it",
+        help="attach if a session NAME exists (a saved one that is not running is started"
+        " again from its saved command and cwd), else create it",
     )
-    p.add_argument("--cwd", help="working directory (default: this one)")
+    p.add_argument("--cwd", metavar="DIR", help="working directory (default: this one)")
     p.add_argument(
         "--linger",
         type=float,
@@ -123,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--window", default="main", help="window of the saved arrangement (default: main)"
     )
+    _env_options(p)
     _detach_options(p)
     p.add_argument(
         "command",
@@ -135,22 +166,28 @@ def build_parser() -> argparse.ArgumentParser:
     _detach_options(p)
     p.add_argument("name", metavar="NAME")
 
-    p = _sub(subs, "ls", "list sessions", "multiserver ls --json")
-    p.add_argument("--json", action="store_true", help="one JSON object per session, for scripts")
+    p = _sub(subs, "ls", "list the sessions of every daemon", "multiserver ls --json")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="for scripts: one JSON array with an object per session (one line when piped)",
+    )
 
     p = _sub(
         subs,
         "peek",
-        "print a session's waiting output without attaching",
+        "print a session's kept output (what attach replays) without attaching",
         "multiserver peek --bytes 4096 build",
     )
-    p.add_argument("--bytes", type=int, metavar="N", help="only the last N bytes")
+    p.add_argument(
+        "--bytes", type=int, metavar="N", help="at most the last N bytes (from a line start)"
+    )
     p.add_argument("name", metavar="NAME")
 
     p = _sub(
         subs,
         "kill",
-        "end a session (SIGHUP, then SIGKILL) and forget it",
+        "end a session (SIGHUP, then SIGKILL after 3 s) and forget it",
         "multiserver kill -s INT build",
     )
     p.add_argument(
@@ -169,19 +206,24 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         metavar="S",
-        help="deadline for the daemons to answer (default 10)",
+        help="the whole restore's deadline, in seconds (default 10)",
     )
-    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="the report as one JSON object (sessions, sweep, seconds, ok)",
+    )
     p.add_argument(
         "--no-relaunch",
         action="store_true",
-        help="report sessions whose process is gone; start nothing",
+        help="report sessions whose program is gone (outcome expired); start nothing",
     )
     p.add_argument(
         "--relaunch-ended",
         action="store_true",
         help="start sessions whose program had exited again",
     )
+    _env_options(p)
 
     p = _sub(
         subs,
@@ -189,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "list processes no saved session owns, and stale sockets (--adopt: adopt them)",
         "multiserver orphans --adopt",
     )
-    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--json", action="store_true", help="the rows as one JSON array")
     p.add_argument(
         "--adopt",
         action="store_true",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 import trio
@@ -124,12 +124,14 @@ async def build_sessions(
     nursery: trio.Nursery,
     store: ArrangementStore | None,
     hold: bool,
+    env: Mapping[str, str] | None = None,
     progress: Callable[[RestoredSession], None] | None = None,
 ) -> list[RestoredSession]:
     """Give every leaf its outcome and carry it out.
 
     ``hold``: relaunched sessions come back with their master fd (an app that
-    shows them); else they are launched detached. Claimed fds of attached
+    shows them); else they are launched detached. ``env``: their
+    environment (default: this process's). Claimed fds of attached
     sessions are handed over either way (close them if unused).
 
     ``deadline``: collects, starting the relaunch daemon and the launches
@@ -155,7 +157,7 @@ async def build_sessions(
     """
     pending = decide_all(plan, phase, deadline.attach_seconds, options)
     avoid = {t.socket for t in phase.timed_out}
-    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline)
+    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline, env)
     results: list[RestoredSession] = []
     try:
         for p in pending:
@@ -267,9 +269,14 @@ class _Relauncher:
     wait until the restore's deadline, which they share."""
 
     def __init__(
-        self, paths: DaemonPaths, nursery: trio.Nursery, deadline: RestoreDeadline
+        self,
+        paths: DaemonPaths,
+        nursery: trio.Nursery,
+        deadline: RestoreDeadline,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.paths = paths
+        self._env = env
         self._nursery = nursery
         self._deadline = deadline
         self._client: Client | None = None
@@ -312,7 +319,7 @@ class _Relauncher:
             with trio.fail_at(self._deadline.end):
                 launched = await client.launch(
                     leaf.argv,
-                    env=dict(os.environ),
+                    env=dict(os.environ if self._env is None else self._env),
                     cwd=cwd,
                     rows=leaf.rows,
                     cols=leaf.cols,

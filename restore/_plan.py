@@ -9,9 +9,12 @@ Outcomes (one per leaf, never none):
                 and the session closed (``relaunch_ended`` relaunches it instead)
     relaunched  no child to go back to (no reference, daemon gone, another
                 daemon instance, child unknown): the saved command starts
-                again in the saved cwd (``relaunch=False``: reported only)
+                again in the saved cwd
+    expired     the same, with ``relaunch=False``: reported, nothing started,
+                the session stays saved
     timed-out   its daemon did not answer by the deadline: relaunched like
-                above, and its late partial attach goes to the adopter
+                above (``relaunch=False``: not), and its late partial
+                attach goes to the adopter
     failed      anything else, with the reason (e.g. held by another client)
 """
 
@@ -23,11 +26,20 @@ from typing import Literal
 
 import attrs
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, describe_exit
 from restore._model import Arrangement, SessionLeaf
 
-Outcome = Literal["attached", "ended", "relaunched", "timed-out", "failed"]
-OUTCOMES: tuple[Outcome, ...] = ("attached", "ended", "relaunched", "timed-out", "failed")
+Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "failed"]
+OUTCOMES: tuple[Outcome, ...] = (
+    "attached",
+    "ended",
+    "relaunched",
+    "expired",
+    "timed-out",
+    "failed",
+)
+# What --no-relaunch leaves a session whose child is gone or did not answer.
+NOT_RELAUNCHED = "--no-relaunch: nothing started"
 
 
 @attrs.frozen
@@ -174,16 +186,16 @@ def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
             "failed", answer.message or f"claim failed (errno {answer.errno})", relaunch=False
         )
     if child.state == "exited":
-        code = child.exit_code
+        ended = "ended" if child.exit_code is None else describe_exit(child.exit_code)
         if options.relaunch_ended:
             return Decision(
                 "relaunched",
-                f"had exited with code {code}; started again",
+                f"had ended ({ended}); started again",
                 relaunch=True,
                 collect=True,
             )
         return Decision(
-            "ended", f"session ended (exit code {code})", relaunch=False, collect=True, close=True
+            "ended", f"session ended ({ended})", relaunch=False, collect=True, close=True
         )
     return Decision("attached", f"pid {child.pid}", relaunch=False)
 
@@ -196,18 +208,14 @@ def decide_gone(reason: str, options: Options) -> Decision:
             relaunch=True,
             reason=reason,
         )
-    return Decision(
-        "relaunched", f"{reason}; not relaunched (--no-relaunch)", relaunch=False, reason=reason
-    )
+    return Decision("expired", f"{reason}; {NOT_RELAUNCHED}", relaunch=False, reason=reason)
 
 
 def decide_timed_out(timeout: float, options: Options) -> Decision:
     reason = f"daemon did not answer within {timeout:g} s"
     if options.relaunch:
         return Decision("timed-out", f"{reason}; new one started", relaunch=True, reason=reason)
-    return Decision(
-        "timed-out", f"{reason}; not relaunched (--no-relaunch)", relaunch=False, reason=reason
-    )
+    return Decision("timed-out", f"{reason}; {NOT_RELAUNCHED}", relaunch=False, reason=reason)
 
 
 RELAUNCH_MARKER = "--- multiserver: the earlier session expired; a new one was started ---"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 import trio
@@ -57,6 +57,7 @@ async def restore_arrangement(
     store: ArrangementStore | None = None,
     hold: bool = True,
     keep_output: bool = False,
+    env: Mapping[str, str] | None = None,
     on_late: Callable[[DaemonAttachment], None] = close_late,
     progress: Callable[[RestoredSession], None] | None = None,
     on_arrival: Callable[[DaemonAttachment], None] | None = None,
@@ -75,6 +76,10 @@ async def restore_arrangement(
     ``nursery`` must outlive the returned sessions' use: connections that hold
     claimed children read there, and partial attaches still running after the
     deadline finish there and go to ``on_late`` (cancel it to abandon them).
+
+    ``env``: the environment relaunched sessions get (default: this
+    process's, as ``Client.launch`` sends it; ``multiserver restore`` passes
+    ``launch_env(os.environ, ...)``, without credentials).
 
     ``on_arrival`` is called as each daemon's partial attach arrives in
     time (answered, or failed to connect), while the phase still waits for
@@ -114,6 +119,7 @@ async def restore_arrangement(
             nursery=nursery,
             store=store,
             hold=hold,
+            env=env,
             progress=progress,
         )
     except BaseException:

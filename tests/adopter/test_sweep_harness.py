@@ -35,7 +35,7 @@ from adopter import (
     adopt_late,
     sweep,
 )
-from multiserver import ChildInfo, DaemonPaths, MultiserverError, open_client
+from multiserver import ChildInfo, DaemonPaths, MultiserverError, describe_exit, open_client
 from multiserver._paths import try_lock
 from multiserver.testing import Behavior, Claim, Collect, Hello, SimChild, SimDaemon
 from restore import (
@@ -573,7 +573,7 @@ async def test_exited_orphans_are_reported_with_their_code_and_collected(
             ("live", "ended", code) for code in codes.values()
         ]
         for r, (name, code) in zip(report.rows, codes.items(), strict=True):
-            assert r.detail == f"orphan {name} had exited with code {code}; collected"
+            assert r.detail == f"orphan {name} had ended ({describe_exit(code)}); collected"
         assert sim.children == []
         assert sink.current == Arrangement()  # nothing to show for them
         assert (await sweep(sink)).rows == [

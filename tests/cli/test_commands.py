@@ -108,9 +108,11 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
         ms_dirs,
         ["new", "-d", "-n", "web", "--", "sh", "-c", "echo hi; sleep 100"],
         ["new", "-d", "-n", "gone", "--", "sh", "-c", "exit 3"],
+        ["new", "-d", "-n", "hup", "--", "sh", "-c", "kill -HUP $$"],
     )
     await wait_session(ms_dirs, "web", lambda s: s and s.buffered_bytes == 4, "showing hi")
-    await wait_session(ms_dirs, "gone", lambda s: s and s.state == "exited", "exited")
+    for name in ("gone", "hup"):
+        await wait_session(ms_dirs, name, lambda s: s and s.state == "exited", "exited")
 
     table = (await ms(ms_dirs, "ls")).stdout.decode().splitlines()
     assert re.split(r"\s+", table[0]) == [
@@ -126,23 +128,23 @@ async def test_ls_table_for_people(ms_dirs: MsDirs) -> None:
     # Columns line up under the header.
     col = {h: table[0].index(h) for h in ("STATE", "HELD", "COMMAND", "CWD", "AGE", "WAITING")}
     rows = {line.split()[0]: line for line in table[1:]}
-    web, gone = rows["web"], rows["gone"]
-    assert web[col["STATE"] :].startswith("running ") and gone[col["STATE"] :].startswith(
-        "exited 3"
-    )
+    web, gone, hup = rows["web"], rows["gone"], rows["hup"]
+    assert web[col["STATE"] :].startswith("running ")
+    assert gone[col["STATE"] :].startswith("exited with code 3 ")
+    assert hup[col["STATE"] :].startswith("killed by SIGHUP ")
     assert web[col["HELD"] :].startswith("- ")
     assert web[col["COMMAND"] :].startswith(shlex.join(["sh", "-c", "echo hi; sleep 100"]))
     assert web[col["CWD"] :].startswith(cwd)
     assert re.match(r"\d+s ", web[col["AGE"] :])
     assert web[col["WAITING"] :] == "4B"
-    assert len(table) == 3
+    assert len(table) == 4
 
 
 async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
     ms_dirs: MsDirs,
 ) -> None:
-    """A saved session's name is not taken by another daemon's new session
-    while it lives. Two daemons each run a "web" (the saved one daemon 2's);
+    """A name in use on one daemon is not another daemon's to take, saved or
+    not. Daemon 1 runs "web" (saved, then not: an orphan), daemon 2 "api";
     a third child is saved under a name of its own (as the adopter saves an
     orphan): ls shows it by that name, adds a DAEMON column, and --json says
     which children are saved."""
@@ -151,20 +153,22 @@ async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
         ["new", "-d", "-n", "web", "--", "sleep", "100"],
         ["new", "-d", "-n", "tmp", "--", "sleep", "100"],
     )
-    # The saved "web" lives on daemon 1: daemon 2 may not take its name.
     refused = await ms(
         ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100", check=False
     )
     assert refused.returncode == 1
     assert refused.stderr.decode().splitlines() == [
-        "multiserver: a session named 'web' already runs on multiserver-daemon-1.socket;"
-        " choose another name (or attach to it)"
+        "multiserver: a session named 'web' exists already (on daemon 1, running);"
+        " choose another name, or attach to it"
     ]
-    # Once it is gone from the arrangement, the name is free (daemon 1 keeps
-    # its child, now an orphan).
+    # Gone from the arrangement, its child still owns the name.
     with ArrangementStore.open() as store:
         store.remove_session("web")
-    await ms(ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100")
+    again = await ms(
+        ms_dirs, "--daemon", "2", "new", "-d", "-n", "web", "--", "sleep", "100", check=False
+    )
+    assert again.stderr == refused.stderr
+    await ms(ms_dirs, "--daemon", "2", "new", "-d", "-n", "api", "--", "sleep", "100")
     with ArrangementStore.open() as store:
         leaf = store.load().find("tmp")
         assert leaf is not None
@@ -173,11 +177,11 @@ async def test_ls_names_sessions_as_attach_does_and_tells_the_daemons_apart(
     table = (await ms(ms_dirs, "ls")).stdout.decode().splitlines()
     assert re.split(r"\s+", table[0])[:3] == ["NAME", "DAEMON", "STATE"]
     rows = sorted(tuple(line.split()[:2]) for line in table[1:])
-    assert rows == [("orphan-sleep-1", "1"), ("web", "1"), ("web", "2")]
+    assert rows == [("api", "2"), ("orphan-sleep-1", "1"), ("web", "1")]
     out = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
     assert sorted((c["name"], c["socket"].endswith("-1.socket"), c["saved"]) for c in out) == [
+        ("api", False, True),
         ("orphan-sleep-1", True, True),
-        ("web", False, True),
         ("web", True, False),
     ]
     # What ls calls it, attach and peek find.
@@ -224,9 +228,9 @@ async def test_kill_ends_and_forgets_and_kill_s_only_signals(ms_dirs: MsDirs) ->
     k, t, s = await ms_many(
         ms_dirs, ["kill", "k"], ["kill", "-s", "INT", "t"], ["kill", "-s", "2", "s"]
     )
-    assert k.stderr == b"k: ended (exit code -1)\n"
+    assert k.stderr == b"k: killed by SIGHUP\n" and k.returncode == 0
     assert t.stderr == b"sent SIGINT to t; it is still running\n"
-    assert s.stderr == b"s: ended (exit code -2)\n"
+    assert s.stderr == b"s: killed by SIGINT\n"
     assert list(await listed(ms_dirs)) == ["t"]
     await wait_until(lambda: is_dead(pids["k"]) and is_dead(pids["s"]), 5.0, "k and s gone")
     assert is_alive(pids["t"])
@@ -295,6 +299,10 @@ async def test_errors_are_one_line_on_stderr_with_a_nonzero_status(ms_dirs: MsDi
 ARGUMENT_ERRORS = [
     (["new", "-d", "-n", "bad name", "--", "true"], 2, "bad session name 'bad name'"),
     (["new", "-d", "-n", "a" * 129, "--", "true"], 2, "bad session name 'aaa"),
+    (["new", "-d", "-n", "", "--", "true"], 2, "a session name cannot be empty"),
+    (["new", "-d", "-n", "orphan-vim-1", "--", "true"], 2, "bad session name 'orphan-vim-1'"),
+    (["attach", ""], 2, "a session name cannot be empty"),
+    (["kill", "a\n"], 2, "bad session name 'a\\n'"),
     (["attach", "-E", "../x"], 2, "bad session name '../x'"),
     (["kill", "-s", "BOGUS", "x"], 2, "unknown signal 'BOGUS'"),
     (["kill", "-s", "0", "x"], 2, "unknown signal '0'"),

@@ -113,6 +113,11 @@ async def test_child_env_fds_and_signal_dispositions(daemon: RunningDaemon) -> N
         "KEEP_ME": "1",
         "MULTISERVER_RUNTIME_DIR": "/not/for/children",
         "MULTISERVER_ANYTHING": "x",
+        # The client's terminal multiplexer: never the session's.
+        "TMUX": "/tmp/tmux-1000/default,42,0",
+        "TMUX_PANE": "%1",
+        "STY": "42.pts-1.host",
+        "WINDOW": "0",
     }
     async with open_client(daemon.paths) as client:
         bare = await client.launch(["sleep", "30"], env=env)
@@ -128,6 +133,7 @@ async def test_child_env_fds_and_signal_dispositions(daemon: RunningDaemon) -> N
                 child_env = _environ(pid)
                 assert child_env.get("TERM"), child_env
                 assert not [k for k in child_env if k.startswith("MULTISERVER_")]
+                assert not child_env.keys() & {"TMUX", "TMUX_PANE", "STY", "WINDOW"}
                 # Only stdin, stdout, stderr, all on its own tty.
                 assert fd_links(pid) == dict.fromkeys((0, 1, 2), launched.child.tty)
                 # Default dispositions: no usable signal ignored (Python

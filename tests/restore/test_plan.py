@@ -170,31 +170,33 @@ def test_claimed_running_child_is_attached(options: Options) -> None:
 def test_claimed_exited_child_is_ended_collected_and_closed(options: Options) -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=3)), options)
     assert d.outcome == "ended"
-    assert d.detail == "session ended (exit code 3)"
+    assert d.detail == "session ended (exited with code 3)"
     assert (d.relaunch, d.collect, d.close) == (False, True, True)
 
 
-def test_claimed_child_killed_by_a_signal_reports_the_negative_code() -> None:
+def test_claimed_child_killed_by_a_signal_says_which_signal() -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=-9)), RELAUNCH)
-    assert d.outcome == "ended" and "exit code -9" in d.detail
+    assert (d.outcome, d.detail) == ("ended", "session ended (killed by SIGKILL)")
+    d = decide_claimed(ClaimAnswer(child(1, exit_code=-1)), RELAUNCH_ENDED)
+    assert d.detail == "had ended (killed by SIGHUP); started again"
 
 
 @pytest.mark.parametrize("options", [RELAUNCH_ENDED, Options(relaunch=False, relaunch_ended=True)])
 def test_relaunch_ended_starts_an_exited_session_again(options: Options) -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=0)), options)
     assert d.outcome == "relaunched"
-    assert "exited with code 0" in d.detail
+    assert d.detail == "had ended (exited with code 0); started again"
     # Collected (its status was read) but not closed: the session lives on.
     assert (d.relaunch, d.collect, d.close) == (True, True, False)
 
 
-def test_claim_of_an_unknown_child_is_gone_and_relaunched() -> None:
+def test_claim_of_an_unknown_child_is_gone_and_relaunched_or_expired() -> None:
     answer = ClaimAnswer(None, errno.ENOENT, "no child 1")
     assert decide_claimed(answer, RELAUNCH) == decide_gone(
         "the child is unknown to the daemon", RELAUNCH
     )
     d = decide_claimed(answer, NO_RELAUNCH)
-    assert d.outcome == "relaunched" and d.relaunch is False
+    assert d.outcome == "expired" and d.relaunch is False
 
 
 @pytest.mark.parametrize("options", EVERY_OPTION)
@@ -220,8 +222,8 @@ def test_gone_is_relaunched_unless_no_relaunch() -> None:
     assert d.outcome == "relaunched" and d.relaunch is True
     assert d.detail.startswith("daemon unreachable; ") and "new one started" in d.detail
     d = decide_gone("daemon unreachable", NO_RELAUNCH)
-    assert d.outcome == "relaunched" and d.relaunch is False
-    assert "not relaunched (--no-relaunch)" in d.detail
+    assert (d.outcome, d.relaunch) == ("expired", False)
+    assert d.detail == "daemon unreachable; --no-relaunch: nothing started"
     for options in EVERY_OPTION:
         assert decide_gone("x", options).collect is False
         assert decide_gone("x", options).close is False
@@ -243,7 +245,7 @@ def test_timed_out_is_relaunched_unless_no_relaunch() -> None:
     d = decide_timed_out(0.25, NO_RELAUNCH)
     assert d == Decision(
         "timed-out",
-        "daemon did not answer within 0.25 s; not relaunched (--no-relaunch)",
+        "daemon did not answer within 0.25 s; --no-relaunch: nothing started",
         relaunch=False,
         reason="daemon did not answer within 0.25 s",
     )
@@ -254,6 +256,7 @@ def test_every_outcome_is_reachable_from_the_rules() -> None:
         decide_claimed(ClaimAnswer(child(1)), RELAUNCH).outcome,
         decide_claimed(ClaimAnswer(child(1, exit_code=0)), RELAUNCH).outcome,
         decide_gone("x", RELAUNCH).outcome,
+        decide_gone("x", NO_RELAUNCH).outcome,
         decide_timed_out(1, RELAUNCH).outcome,
         decide_claimed(ClaimAnswer(None, errno.EBUSY), RELAUNCH).outcome,
     }

@@ -259,7 +259,7 @@ async def test_every_outcome_in_one_restore(
         await check_fd_reaches(s["att"].master, running)
 
         assert (s["done"].outcome, s["done"].exit_code) == ("ended", 3)
-        assert s["done"].master is None and "exit code 3" in s["done"].detail
+        assert s["done"].master is None and "(exited with code 3)" in s["done"].detail
         assert done.id not in [c.id for c in a.children]  # collected
 
         assert s["busy"].outcome == "failed" and "held by another client" in s["busy"].detail
@@ -323,14 +323,14 @@ async def test_no_relaunch_reports_instead_of_starting(
             )
             nursery.cancel_scope.cancel()
         assert [(x.leaf.name, x.outcome) for x in result.sessions] == [
-            ("fresh", "relaunched"),
-            ("unknown", "relaunched"),
-            ("gone", "relaunched"),
+            ("fresh", "expired"),
+            ("unknown", "expired"),
+            ("gone", "expired"),
             ("slow", "timed-out"),
         ]
         saved = {leaf.name: leaf for leaf in leaves}
         for x in result.sessions:
-            assert "not relaunched (--no-relaunch)" in x.detail
+            assert x.detail.endswith("; --no-relaunch: nothing started")
             assert x.master is None and x.client is None
             assert x.leaf == saved[x.leaf.name]  # no new ref: nothing started
         assert result.ok  # reported, not failed
@@ -352,7 +352,7 @@ async def test_relaunch_ended_starts_an_exited_session_again(
             options=Options(relaunch_ended=True),
         )
         [s] = result.sessions
-        assert s.outcome == "relaunched" and "had exited with code 0" in s.detail
+        assert s.outcome == "relaunched" and "had ended (exited with code 0)" in s.detail
         assert s.exit_code == 0
         assert a.children == []  # the exited one was collected
         [again] = relauncher.children

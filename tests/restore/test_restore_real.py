@@ -163,7 +163,7 @@ async def test_killing_the_client_mid_restore_loses_nothing(ms_dirs: MsDirs) -> 
             said = b""
             while chunk := await proc.stderr.receive_some():
                 said += chunk
-            assert b"restoring 3 session(s)" in said and b"  s0: attached" in said
+            assert b"restoring 3 sessions" in said and b"  s0: attached" in said
             assert b"s2:" not in said  # it was stopped after the first one
 
             # The daemon took the children back when the connection died.

@@ -1,0 +1,164 @@
+"""The naming policy alone (``multiserver_cli._names``): pure, from a
+``Survey``; tests/cli/test_names.py drives the same rules through the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+
+from multiserver import ChildInfo
+from multiserver_cli._names import (
+    Ambiguous,
+    Create,
+    DaemonView,
+    Found,
+    Missing,
+    Refused,
+    SavedOnly,
+    Survey,
+    default_name,
+    name_problem,
+    new_name_conflict,
+    pick_default,
+    plan_new,
+    resolve,
+    sessions,
+    taken,
+)
+from restore import RestorationRef, SessionLeaf
+from tests.restore.test_plan import child as plan_child
+
+RUN = Path("/run/ms")
+
+
+def sock(n: int) -> Path:
+    return RUN / f"multiserver-daemon-{n}.socket"
+
+
+def child(id: int, name: str, exit_code: int | None = None) -> ChildInfo:
+    return attrs.evolve(plan_child(id, exit_code=exit_code), name=name)
+
+
+def leaf(name: str, n: int | None, instance: str = "i1", child_id: int = 1) -> SessionLeaf:
+    ref = None if n is None else RestorationRef(str(sock(n)), instance, child_id, 1)
+    return SessionLeaf(name, ["sh"], "/", ref=ref)
+
+
+D1 = DaemonView(sock(1), "i1", 11, [child(1, "build"), child(2, "web"), child(3, "x", -1)])
+D2 = DaemonView(sock(2), "i2", 12, [child(1, "web"), child(2, "2")])
+SURVEY = Survey(
+    [D1, D2],
+    silent=frozenset({str(sock(4))}),
+    saved=[
+        leaf("orphan-sh-1", 1, child_id=1),  # daemon 1 calls it "build"
+        leaf("web", 2, "i2", 1),
+        leaf("never", None),
+        leaf("restarted", 2, "old"),
+        leaf("gone", 2, "i2", 9),
+        leaf("wedged", 4),
+        leaf("down", 5),
+    ],
+)
+
+
+def test_sessions_are_shown_by_their_saved_name_and_say_why_not_running() -> None:
+    got = {(s.name, s.daemon, s.state) for s in sessions(SURVEY)}
+    assert got == {
+        ("orphan-sh-1", "1", "running"),
+        ("web", "1", "running"),
+        ("x", "1", "killed by SIGHUP"),
+        ("web", "2", "running"),
+        ("2", "2", "running"),
+        ("never", "-", "saved, not running: never started"),
+        ("restarted", "2", "saved, not running: daemon 2 restarted since"),
+        ("gone", "2", "saved, not running: its program is gone from daemon 2"),
+        ("wedged", "4", "saved, not running: daemon 4 did not answer"),
+        ("down", "5", "saved, not running: daemon 5 is not running"),
+    }
+
+
+def test_taken_names_and_the_smallest_free_default() -> None:
+    assert {"build", "orphan-sh-1", "web", "x", "2", "never", "down"} <= taken(SURVEY)
+    assert pick_default(SURVEY) == "1"
+    assert pick_default(SURVEY, refused=["1"]) == "3"
+    assert default_name(set()) == "1" and default_name({"1", "2", "4"}) == "3"
+
+
+@pytest.mark.parametrize(
+    ("name", "new", "problem"),
+    [
+        ("", True, "a session name cannot be empty (leave -n out for the next free number)"),
+        ("", False, "a session name cannot be empty"),
+        ("-x", False, "bad session name '-x': use letters"),
+        ("a\n", False, "bad session name 'a\\n'"),
+        ("orphan-vim-1", True, "bad session name 'orphan-vim-1': names beginning 'orphan-'"),
+        ("orphan-vim-1", False, None),  # attach, peek, kill take it
+        ("orphans", True, None),
+        ("a" * 128, True, None),
+    ],
+)
+def test_empty_bad_and_reserved_names(name: str, new: bool, problem: str | None) -> None:
+    got = name_problem(name, new=new)
+    assert got == problem if problem is None else got is not None and got.startswith(problem)
+
+
+def test_a_new_name_in_use_says_where() -> None:
+    assert new_name_conflict(SURVEY, "web") == (
+        "a session named 'web' exists already (on daemon 1, running; on daemon 2, running);"
+        " choose another name, or attach to it"
+    )
+    assert new_name_conflict(SURVEY, "down") == (
+        "a session named 'down' is saved, not running: daemon 5 is not running;"
+        " `multiserver restore` brings it back, `multiserver kill down` forgets it;"
+        " or choose another name"
+    )
+    assert new_name_conflict(SURVEY, "build") == (
+        "the name 'build' is taken: daemon 1 calls the session 'orphan-sh-1' so;"
+        " choose another name"
+    )
+    assert new_name_conflict(SURVEY, "free") is None
+
+
+def test_resolve_finds_one_refuses_several_and_finds_saved_sessions_anywhere() -> None:
+    assert resolve(SURVEY, "2", command="peek") == Found(sessions(SURVEY)[4])
+    several = resolve(SURVEY, "web", command="kill")
+    assert several == Ambiguous(
+        "several sessions are named 'web': on daemon 1 (running), daemon 2 (running, saved);"
+        " choose one with --daemon N, e.g. multiserver --daemon 2 kill web"
+    )
+    one = resolve(SURVEY, "web", command="kill", scope=sock(1))
+    assert isinstance(one, Found) and one.session.daemon == "1" and not one.session.saved
+    down = resolve(SURVEY, "down", command="kill", scope=sock(1))
+    assert isinstance(down, SavedOnly) and down.session.leaf == leaf("down", 5)
+    assert resolve(SURVEY, "build", command="attach") == Missing(
+        "no session named 'build' (daemon 1 calls the session 'orphan-sh-1' so)"
+    )
+    assert resolve(SURVEY, "2", command="peek", scope=sock(1)) == Missing("no session named '2'")
+
+
+def test_plan_new() -> None:
+    assert plan_new(SURVEY, None) == Create("1", explicit=False)
+    assert plan_new(SURVEY, "free") == Create("free", explicit=True)
+    assert isinstance(plan_new(SURVEY, "web"), Refused)
+    assert isinstance(plan_new(SURVEY, "web", attach_existing=True), Refused)  # several
+    found = plan_new(SURVEY, "web", attach_existing=True, scope=sock(2))
+    assert isinstance(found, Found) and found.session.daemon == "2"
+    # -A on a saved session that is not running starts it again...
+    assert plan_new(SURVEY, "down", attach_existing=True) == Create(
+        "down", explicit=True, saved=leaf("down", 5)
+    )
+    # ...unless its daemon did not answer: its program may run there still.
+    wedged = plan_new(SURVEY, "wedged", attach_existing=True)
+    assert isinstance(wedged, Refused) and "try again once it answers" in wedged.message
+    # -A takes an adopter's name that exists, and creates none.
+    assert isinstance(plan_new(SURVEY, "orphan-sh-1", attach_existing=True), Found)
+    nothing = plan_new(SURVEY, "orphan-x-1", attach_existing=True)
+    assert isinstance(nothing, Refused) and "are the adopter's" in nothing.message
+    # -A with --daemon 1 for a name that lives on daemon 2: not a second one.
+    elsewhere = plan_new(SURVEY, "2", attach_existing=True, scope=sock(1))
+    assert elsewhere == Refused(
+        "a session named '2' exists already (on daemon 2, running);"
+        " choose another name, or attach to it"
+    )

@@ -1,0 +1,42 @@
+"""What a user installs: the typed libraries carry their ``py.typed``
+marker (PEP 561), or a type checker ignores their annotations."""
+
+from __future__ import annotations
+
+import importlib.resources
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TYPED = ("multiserver", "restore", "adopter")
+
+
+@pytest.mark.parametrize("package", TYPED)
+def test_the_installed_typed_packages_have_py_typed(package: str) -> None:
+    assert importlib.resources.files(package).joinpath("py.typed").is_file()
+
+
+def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> None:
+    """Built from a copy of the source (the worktree gets no build dirs)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for package in (*TYPED, "multiserver_cli"):
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=100,
+    )
+    (wheel,) = out.glob("multiserver-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"{p}/py.typed" for p in TYPED} <= names
+    assert "multiserver_cli/py.typed" not in names  # the command is no library
