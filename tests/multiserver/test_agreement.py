@@ -56,6 +56,8 @@ from multiserver.testing import SimDaemon
 from tests.conftest import RunningDaemon
 
 MISSING = "no-such-command-xyz"
+# Bytes that are not UTF-8, as Python holds them (surrogateescape).
+LATIN_DIR = os.fsdecode(b"caf\xe9")
 VOLATILE = {"pid", "tty", "started_at", "exited_at", "instance_id", "server"}
 # The reply that ends each request's answer.
 FINAL: dict[type[Message], tuple[type[Message], ...]] = {
@@ -82,6 +84,17 @@ def normal(value: Any) -> Any:
     if isinstance(value, list):
         return [normal(v) for v in value]
     return value
+
+
+def child_infos(value: Any) -> list[dict[str, Any]]:
+    """Every ChildInfo in a ``normal`` answer, in order."""
+    if isinstance(value, tuple) and value and value[0] == "ChildInfo":
+        return [value[1]]
+    if isinstance(value, list | tuple):
+        return [i for v in value for i in child_infos(v)]
+    if isinstance(value, dict):
+        return [i for v in value.values() for i in child_infos(v)]
+    return []
 
 
 class Probe:
@@ -258,3 +271,61 @@ async def test_an_older_client_sees_no_field_it_does_not_know(
     assert len(bodies) == 2
     for body in bodies:  # version 4's fields never reach it
         assert b'"argv_omitted"' not in body and b'"more"' not in body and b'"last"' not in body
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+async def test_an_older_client_never_receives_bytes_in_the_new_form(
+    daemon: RunningDaemon, tmp_path: Path, version: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child launched with bytes that are not UTF-8 (by a version-5
+    client): an older client lists and claims it, and every body it
+    receives is one its own codec reads: no {"b": ...}, the bytes escaped."""
+    bodies: list[bytes] = []
+    decode = _codec.decode_body
+
+    def recording(cls: type[Message], body: bytes, blob: bytes) -> Message:
+        bodies.append(body)
+        return decode(cls, body, blob)
+
+    latin_dir = tmp_path / LATIN_DIR
+    latin_dir.mkdir()
+    launch = Launch(
+        req=1,
+        argv=["sh", "-c", "exec cat", os.fsdecode(b"x\xe9")],
+        env={"PATH": os.defpath, os.fsdecode(b"V\xe9"): os.fsdecode(b"\xff")},
+        cwd=str(latin_dir),
+        hold=False,
+    )
+    newer = await run(
+        daemon.paths.socket,
+        [
+            ("n", lambda req: Hello(min_version=2, max_version=PROTOCOL_VERSION)),
+            ("n", lambda req: launch),
+            ("n", lambda req: ListChildren(req=req, foreground=True)),
+        ],
+    )
+    [child] = child_infos(newer[1][2])
+    assert child["argv"][-1] == os.fsdecode(b"x\xe9") and child["cwd"] == str(latin_dir)
+    [listed] = child_infos(newer[2][2])
+    assert listed["fg_cwd"] == str(latin_dir)  # read back from /proc byte for byte
+    monkeypatch.setattr(_codec, "decode_body", recording)
+    older = await run(
+        daemon.paths.socket,
+        [
+            ("o", lambda req: Hello(min_version=2, max_version=version)),
+            ("o", lambda req: ListChildren(req=req, foreground=True)),
+            ("o", lambda req: Claim(req=req, ids=[child["id"]])),
+            ("o", lambda req: Signal(req=req, id=child["id"], signum=signal.SIGKILL)),
+        ],
+    )
+    assert older[0][2][0][0][1]["version"] == version
+    shown = child_infos(older)
+    assert len(shown) == 3  # the Welcome, the listing, the claim
+    for info in shown:
+        assert info["argv"][-1] == "x\\xe9"
+        assert info["cwd"] == os.path.join(tmp_path, "caf\\xe9")
+    assert shown[1]["fg_cwd"] == os.path.join(tmp_path, "caf\\xe9")
+    assert len(bodies) == 4
+    for body in bodies:
+        body.decode("utf-8")
+        assert b'{"b":' not in body
