@@ -107,6 +107,11 @@ class LaunchError(Exception):
         self.message = message
 
 
+def command_not_found(argv0: str) -> LaunchError:
+    """The daemon's and the simulator's one wording, the name escaped."""
+    return LaunchError(errno.ENOENT, f"command not found: {escaped(argv0)}")
+
+
 def child_env(env: dict[str, str]) -> dict[str, str]:
     """The environment a child gets: the client's, less the daemon's own
     variables, with TERM set."""
@@ -145,9 +150,9 @@ def launch_problem(
     if any(not k or "=" in k for k in env):
         return errno.EINVAL, "an environment variable with an empty name or '=' in it"
     if not os.path.isabs(cwd):
-        return errno.EINVAL, f"cwd must be absolute: {cwd}"
+        return errno.EINVAL, f"cwd must be absolute: {escaped(cwd)}"
     if cwd_must_exist and not os.path.isdir(cwd):
-        return errno.ENOENT, f"no such directory: {cwd}"
+        return errno.ENOENT, f"no such directory: {escaped(cwd)}"
     return None
 
 

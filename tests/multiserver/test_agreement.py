@@ -58,6 +58,7 @@ from tests.conftest import RunningDaemon
 MISSING = "no-such-command-xyz"
 # Bytes that are not UTF-8, as Python holds them (surrogateescape).
 LATIN_DIR = os.fsdecode(b"caf\xe9")
+LATIN_MISSING = os.fsdecode(b"no-such-command-\xe9")
 VOLATILE = {"pid", "tty", "started_at", "exited_at", "instance_id", "server"}
 # The reply that ends each request's answer.
 FINAL: dict[type[Message], tuple[type[Message], ...]] = {
@@ -165,6 +166,18 @@ def scenario(cwd: str) -> list[Step]:
         ("a", launch(linger=-1.0)),
         ("a", launch(env={**env, "A=B": "x"})),
         ("a", launch(argv=["sh", "-c", "exec cat", "x" * 100_000], name="long")),
+        (  # id 4: an argument, a cwd and a variable's name and value that are not UTF-8
+            "a",
+            launch(
+                argv=["sh", "-c", "exec cat", os.fsdecode(b"x\xe9")],
+                env={**env, os.fsdecode(b"V\xe9"): os.fsdecode(b"\xff")},
+                cwd=os.path.join(cwd, LATIN_DIR),
+                name="latin",
+                hold=False,
+            ),
+        ),
+        ("a", launch(argv=[LATIN_MISSING])),  # the message shows it escaped
+        ("a", launch(cwd=os.path.join("/no/such", LATIN_DIR))),
         ("b", lambda req: Claim(req=req, ids=[1, 2, 99, 1])),  # ok, busy, unknown, twice
         ("b", lambda req: Claim(req=req, ids=[2], steal=True)),  # a gets ChildTaken
         ("a", lambda req: Release(req=req, ids=[2, 99])),  # not a's any more; unknown
@@ -190,6 +203,9 @@ def scenario(cwd: str) -> list[Step]:
         ("c", lambda req: Hello(min_version=2, max_version=3)),  # an older client
         ("c", lambda req: ListChildren(req=req)),
         ("c", lambda req: Claim(req=req, ids=[3])),  # "long": argv shortened, no argv_omitted
+        ("c", lambda req: Claim(req=req, ids=[4])),  # "latin": escaped for an older client
+        ("d", lambda req: Hello(min_version=2, max_version=4)),
+        ("d", lambda req: ListChildren(req=req)),
     ]
 
 
@@ -214,9 +230,10 @@ async def run(path: Path, steps: list[Step]) -> list[Any]:
 async def test_the_real_and_the_simulated_daemon_answer_alike(
     daemon: RunningDaemon, tmp_path: Path
 ) -> None:
+    (tmp_path / LATIN_DIR).mkdir()
     steps = scenario(str(tmp_path))
     real = await run(daemon.paths.socket, steps)
-    sim = SimDaemon(tmp_path / "sim" / "d.sock", missing_commands=[MISSING])
+    sim = SimDaemon(tmp_path / "sim" / "d.sock", missing_commands=[MISSING, LATIN_MISSING])
     async with sim.serving():
         simulated = await run(sim.socket_path, steps)
     for got, want in zip(simulated, real, strict=True):
@@ -228,6 +245,21 @@ async def test_the_real_and_the_simulated_daemon_answer_alike(
     assert {errno.EEXIST, errno.EINVAL, errno.ENOENT, errno.EBUSY} <= errnos
     notices = [n for _, _, _, ns in real for n in ns]
     assert ("ChildTaken", {"id": 2}) in notices
+
+    # The bytes came back as they went, and escaped where a person reads them.
+    def latin(who: str) -> dict[str, Any]:
+        """The "latin" child as ``who`` was last shown it."""
+        found = [i for _, w, answer, _ in real if w == who for i in child_infos(answer)]
+        return [i for i in found if i["name"] == "latin"][-1]
+
+    assert latin("a")["argv"][-1] == os.fsdecode(b"x\xe9")
+    assert latin("a")["cwd"] == os.path.join(tmp_path, LATIN_DIR)
+    for older in ("c", "d"):  # versions 3 and 4
+        assert latin(older)["argv"][-1] == "x\\xe9"
+        assert latin(older)["cwd"] == os.path.join(tmp_path, "caf\\xe9")
+    messages = [r[1]["message"] for _, _, a, _ in real for r, _ in a if r[0] == "Error"]
+    assert "command not found: no-such-command-\\xe9" in messages
+    assert "no such directory: /no/such/caf\\xe9" in messages
 
 
 @pytest.mark.parametrize("version", [2, 3])
