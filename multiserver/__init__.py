@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         ChildFailed,
         ConnectionClosed,
         DaemonNotRunning,
+        DaemonTooOld,
         MultiserverError,
         PeerProtocolError,
         RequestFailed,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         VersionRefused,
     )
     from multiserver._messages import PROTOCOL_VERSION, ChildExited, ChildInfo, ChildTaken
+    from multiserver._osstr import escaped
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
     from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
     from multiserver._start import connect, connect_or_start
@@ -54,6 +56,7 @@ _HOMES: dict[str, str] = {
     "ConnectionClosed": "multiserver._errors",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
+    "DaemonTooOld": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
     "LaunchResult": "multiserver._client",
     "MultiserverError": "multiserver._errors",
@@ -67,6 +70,7 @@ _HOMES: dict[str, str] = {
     "connect": "multiserver._start",
     "connect_or_start": "multiserver._start",
     "dial": "multiserver._client",
+    "escaped": "multiserver._osstr",
     "fallback_dir": "multiserver._paths",
     "handshake": "multiserver._client",
     "open_client": "multiserver._client",
@@ -104,6 +108,7 @@ __all__ = [
     "DaemonConfig",
     "DaemonNotRunning",
     "DaemonPaths",
+    "DaemonTooOld",
     "LaunchResult",
     "MultiserverError",
     "PeekResult",
@@ -115,6 +120,7 @@ __all__ = [
     "connect",
     "connect_or_start",
     "dial",
+    "escaped",
     "fallback_dir",
     "handshake",
     "open_client",

@@ -44,6 +44,12 @@ class RequestFailed(MultiserverError):
         self.message = message
 
 
+class DaemonTooOld(RequestFailed):
+    """The request holds what the daemon's protocol version cannot carry (an
+    argv, cwd or environment that is not UTF-8, before version 5). Nothing was
+    sent; the connection is healthy."""
+
+
 class ChildFailed(RequestFailed):
     """One child of a multi-child request failed."""
 
@@ -57,6 +63,7 @@ __all__ = [
     "ConnectionClosed",
     "DaemonAlreadyRunning",
     "DaemonNotRunning",
+    "DaemonTooOld",
     "MultiserverError",
     "PeerProtocolError",
     "ProtocolError",

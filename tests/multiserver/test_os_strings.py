@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from multiserver import DaemonTooOld, RequestFailed, _core, open_client
 from multiserver._codec import (
     HEADER,
     HEADER_SIZE,
@@ -32,6 +33,7 @@ from multiserver._messages import (
     Launched,
 )
 from multiserver._osstr import escaped, is_utf8, to_wire
+from multiserver.testing import SimDaemon
 from tests.multiserver.test_codec import connected, feed, raw_frame
 from tests.multiserver.test_codec_properties import PROPERTY_SETTINGS, os_strings
 
@@ -232,3 +234,27 @@ def test_escaped_examples() -> None:
     assert escaped("café ✓") == "café ✓"
     assert escaped(os.fsdecode(b"\xff\xfe")) == "\\xff\\xfe"
     assert escaped("\ud800") == "\\ud800"  # not from the OS; never raises
+
+
+# --- the client, against a daemon of version 4 ---------------------------------------------
+
+
+async def test_a_client_tells_plainly_that_a_version_4_daemon_cannot_take_the_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_core, "PROTOCOL_VERSION", 4)  # the simulator speaks 2..4
+    sim = SimDaemon(tmp_path / "sim.sock")
+    async with sim.serving(), open_client(sim.socket_path) as client:
+        assert client.version == 4
+        for kw in ({"argv": ["sh", LATIN]}, {"cwd": HOME}, {"env": {"X": LATIN}}):
+            args: dict[str, Any] = {"argv": ["sh"], "cwd": "/", "env": {}, **kw}
+            with pytest.raises(DaemonTooOld) as info:
+                await client.launch(args.pop("argv"), hold=False, **args)
+            assert str(info.value) == (
+                "the daemon speaks protocol 4, which cannot carry non-UTF-8 arguments; restart it"
+            )
+            assert isinstance(info.value, RequestFailed)  # like any refused request
+        assert sim.children == []  # nothing was sent
+        # The connection is as good as before, and UTF-8 goes through.
+        launched = await client.launch(["sh", "café"], cwd="/", env={"LANG": "fr"}, hold=False)
+        assert launched.child.argv == ["sh", "café"]
