@@ -24,6 +24,7 @@ from multiserver import (
     DaemonPaths,
     RequestFailed,
     dial,
+    escaped,
     open_client,
 )
 from multiserver_cli import _attach, _state
@@ -211,8 +212,9 @@ def child_json(
         "pid": child.pid,
         "state": child.state,
         "exit_code": child.exit_code,
-        "argv": child.argv,
-        "cwd": child.cwd,
+        # bytes: an argv or cwd that is not UTF-8 escaped (caf\xe9), as `ls` shows it.
+        "argv": [escaped(a) for a in child.argv],
+        "cwd": escaped(child.cwd),
         "tty": child.tty,
         "held": child.held,
         "buffered_bytes": child.buffered_bytes,

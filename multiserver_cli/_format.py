@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, escaped
 from multiserver._paths import SOCKET_RE
 
 
@@ -60,7 +60,8 @@ def daemon_label(socket: Path) -> str:
 
 def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = None) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
-    children come from more than one)."""
+    children come from more than one). An argv or cwd that is not UTF-8 is
+    shown escaped (``caf\\xe9``)."""
     rows = []
     for c in children:
         state = "running" if c.state == "running" else f"exited {c.exit_code}"
@@ -72,8 +73,8 @@ def ls_table(children: list[ChildInfo], now: float, daemons: list[str] | None = 
                 c.name,
                 state,
                 "held" if c.held else "-",
-                _truncate(shlex.join(c.argv), 40),
-                _truncate(c.cwd, 40),
+                _truncate(shlex.join(escaped(a) for a in c.argv), 40),
+                _truncate(escaped(c.cwd), 40),
                 human_age(now - c.started_at),
                 waiting,
             ]

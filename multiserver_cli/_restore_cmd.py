@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
-from multiserver import MultiserverError, dial
+from multiserver import MultiserverError, dial, escaped
 from multiserver._paths import find_sockets
 from multiserver_cli import _state
 from multiserver_cli._format import print_json, table
@@ -203,7 +203,7 @@ async def cmd_save(args: Namespace) -> int:
                 return
             async with client:
                 for c in await client.list(foreground=True):
-                    title = " ".join(c.fg_argv) if c.fg_argv else None
+                    title = " ".join(map(escaped, c.fg_argv)) if c.fg_argv else None
                     refresh[(str(sock), client.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
 
     async with trio.open_nursery() as nursery:
