@@ -13,7 +13,14 @@ from typing import Protocol
 
 import attrs
 
-from adopter._policy import ORPHAN_NOTICE, ORPHAN_WINDOW, norm_socket, orphan_name, referenced
+from adopter._policy import (
+    ORPHAN_NOTICE,
+    ORPHAN_WINDOW,
+    command_line,
+    norm_socket,
+    orphan_name,
+    referenced,
+)
 from multiserver import ChildInfo
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf
 
@@ -42,7 +49,7 @@ def orphan_leaf(
         cwd=child.cwd,
         rows=child.rows,
         cols=child.cols,
-        title=" ".join(child.argv),
+        title=command_line(child.argv),
         ref=RestorationRef(norm_socket(socket), instance_id, child.id, child.pid),
         created_at=child.started_at,
         notice=ORPHAN_NOTICE.encode(),

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, escaped
 from restore import Arrangement
 
 SocketState = Literal["live", "stale", "unresponsive", "refused"]
@@ -63,6 +63,12 @@ def orphans(
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def command_line(argv: list[str]) -> str:
+    """``argv`` for a person (a title, a report's detail): bytes that are
+    not UTF-8 escaped (``caf\\xe9``), so any report can print it."""
+    return " ".join(map(escaped, argv))
 
 
 def orphan_name(argv: list[str], taken: Iterable[str]) -> str:

@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from adopter._adopt import OrphanSink
-from adopter._policy import RowState, classify, orphans, referenced
+from adopter._policy import RowState, classify, command_line, orphans, referenced
 from multiserver import (
     ChildInfo,
     ClaimResult,
@@ -132,7 +132,11 @@ async def _record(
             sock, state, "skipped", detail=f"child {child.id} is a saved session already"
         )
     return SweepRow(
-        sock, state, "adopted", name=leaf.name, detail=f"pid {child.pid}: {' '.join(child.argv)}"
+        sock,
+        state,
+        "adopted",
+        name=leaf.name,
+        detail=f"pid {child.pid}: {command_line(child.argv)}",
     )
 
 
@@ -210,9 +214,9 @@ async def _sweep_socket(
                     "live",
                     "would-adopt" if c.state == "running" else "would-collect",
                     name=c.name,
-                    detail=" ".join(c.argv)
+                    detail=command_line(c.argv)
                     if c.state == "running"
-                    else f"{_ended(c)}: {' '.join(c.argv)}",
+                    else f"{_ended(c)}: {command_line(c.argv)}",
                     exit_code=c.exit_code,
                 )
                 for c in found

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ChildFailed,
         ConnectionClosed,
         DaemonNotRunning,
+        DaemonTooOld,
         MultiserverError,
         PeerProtocolError,
         RequestFailed,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         describe_exit,
         exit_status,
     )
+    from multiserver._osstr import escaped
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
     from multiserver._results import ClaimResult, LaunchResult, PeekResult
     from multiserver._spawn import TimedOut
@@ -63,6 +65,7 @@ _HOMES: dict[str, str] = {
     "DEFAULT_STRIP_ENV": "multiserver._env",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
+    "DaemonTooOld": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
     "LaunchResult": "multiserver._results",
     "MultiserverError": "multiserver._errors",
@@ -81,6 +84,7 @@ _HOMES: dict[str, str] = {
     "dial": "multiserver._client",
     "dial_blocking": "multiserver._sync",
     "exit_status": "multiserver._messages",
+    "escaped": "multiserver._osstr",
     "fallback_dir": "multiserver._paths",
     "handshake": "multiserver._client",
     "launch_env": "multiserver._env",
@@ -110,6 +114,7 @@ __all__ = [
     "DaemonConfig",
     "DaemonNotRunning",
     "DaemonPaths",
+    "DaemonTooOld",
     "LaunchResult",
     "MultiserverError",
     "PeekResult",
@@ -125,6 +130,7 @@ __all__ = [
     "describe_exit",
     "dial",
     "dial_blocking",
+    "escaped",
     "exit_status",
     "fallback_dir",
     "handshake",

@@ -31,8 +31,9 @@ import trio
 
 from multiserver import _platform
 from multiserver._buffer import OutputBuffer
-from multiserver._core import LaunchError
+from multiserver._core import LaunchError, command_not_found
 from multiserver._messages import ChildInfo, Launch
+from multiserver._osstr import escaped
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -54,13 +55,13 @@ def resolve_executable(argv0: str, env: dict[str, str], cwd: str) -> str:
     if "/" in argv0:
         path = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
         if not os.path.exists(path):
-            raise LaunchError(errno.ENOENT, f"command not found: {argv0}")
+            raise command_not_found(argv0)
         if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise LaunchError(errno.EACCES, f"permission denied: {argv0}")
+            raise LaunchError(errno.EACCES, f"permission denied: {escaped(argv0)}")
         return path
     found = shutil.which(argv0, path=env.get("PATH", os.defpath))
     if found is None:
-        raise LaunchError(errno.ENOENT, f"command not found: {argv0}")
+        raise command_not_found(argv0)
     return found if os.path.isabs(found) else os.path.join(cwd, found)
 
 
@@ -306,12 +307,12 @@ class ChildTable:
                 executable, argv, env, msg.cwd, msg.rows, msg.cols
             )
         except ValueError as exc:
-            raise LaunchError(errno.EINVAL, f"cannot start {argv[0]}: {exc}") from exc
+            raise LaunchError(errno.EINVAL, f"cannot start {escaped(argv[0])}: {exc}") from exc
         except OSError as exc:
             err = exc.errno or errno.EIO
             if err == errno.ENOENT:
-                raise LaunchError(err, f"command not found: {argv[0]}") from exc
-            raise LaunchError(err, f"cannot start {argv[0]}: {exc.strerror}") from exc
+                raise command_not_found(argv[0]) from exc
+            raise LaunchError(err, f"cannot start {escaped(argv[0])}: {exc.strerror}") from exc
         child_id = next(self._ids)
         child = Child(
             id=child_id,

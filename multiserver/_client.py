@@ -24,12 +24,13 @@ from types import TracebackType
 
 import trio
 
-from multiserver._codec import Codec, Event, close_fds
+from multiserver._codec import Codec, Event, Unrepresentable, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._errors import (
     ChildFailed,
     ConnectionClosed,
     DaemonNotRunning,
+    DaemonTooOld,
     MultiserverError,
     PeerProtocolError,
     RequestFailed,
@@ -178,6 +179,8 @@ class Client:
             except ConnectionClosed as exc:
                 self._break(exc)
                 raise
+            except Unrepresentable:  # nothing was sent: the connection is fine
+                raise DaemonTooOld.speaking(self.version) from None
 
     async def _next(self, waiter: _Waiter) -> Event:
         try:
@@ -211,7 +214,11 @@ class Client:
     ) -> LaunchResult:
         """Start ``argv`` on a new PTY. With ``hold`` (default) the master fd
         comes back and this connection holds the child; else the daemon
-        drains it. Raises RequestFailed (e.g. "command not found: foo").
+        drains it. ``argv``, ``env`` and ``cwd`` reach the child byte for byte
+        (strings as Python decodes OS bytes: ``os.fsencode`` gives them back).
+        Raises RequestFailed (e.g. "command not found: foo"); DaemonTooOld,
+        before sending anything, for bytes that are not UTF-8 and a daemon
+        older than protocol version 5.
 
         Cancellation: the child may have started; if so it is held by this
         connection (released when it closes) and its fd is closed.

@@ -26,6 +26,11 @@ Rules, all enforced here:
   carry it, and ``Hello``, ``Welcome`` and ``Refused`` may not come again.
 - A body is a UTF-8 JSON object (RFC 8259: no NaN or Infinity, no lone
   surrogates in strings) whose fields match the message exactly.
+- An OS string (``OsStr``: argv, cwd, the environment) whose bytes are not
+  UTF-8 travels as ``{"b": base64}`` from version 5 (and an environment with
+  such a name as a list of pairs); an older version cannot carry it, and
+  ``send`` refuses it (``Unrepresentable``) rather than write a frame the
+  peer cannot parse.
 - Each side accepts only the messages the other side may send, and only the
   message types that may carry fds carry them (at most ``MAX_FDS`` each, never
   more than 253).
@@ -39,6 +44,7 @@ Rules, all enforced here:
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import os
@@ -55,6 +61,8 @@ from multiserver._messages import (
     DAEMON_MESSAGES,
     MAX_FDS,
     MESSAGE_TYPES,
+    OS_BYTES_VERSION,
+    PROTOCOL_VERSION,
     ChildInfo,
     Children,
     Error,
@@ -62,6 +70,14 @@ from multiserver._messages import (
     Message,
     Refused,
     Welcome,
+)
+from multiserver._osstr import (
+    escaped,
+    from_wire_bytes,
+    from_wire_text,
+    is_os_str,
+    is_utf8,
+    to_wire,
 )
 
 MAGIC = b"MS"
@@ -81,6 +97,11 @@ class ProtocolError(Exception):
 
 class FrameTooLarge(ValueError):
     """``Codec.send``: the encoded frame exceeds the maximum; nothing was sent."""
+
+
+class Unrepresentable(ValueError):
+    """``Codec.send``: the message holds an OS string whose bytes are not
+    UTF-8, and the negotiated version is older than 5; nothing was sent."""
 
 
 @attrs.frozen
@@ -137,6 +158,94 @@ def _strict(kind: type, name: str) -> Any:
     return check
 
 
+# --- OS strings (``OsStr``: argv, cwd, the environment) --------------------------
+#
+# Unstructured, an OS string is a str when its bytes are UTF-8 and those
+# bytes otherwise. json.dumps cannot write bytes, so it asks its ``default``:
+# ``_tagged`` writes {"b": base64} (version 5), ``_untagged`` refuses (older
+# versions). So the version is decided in one place, and the common case
+# costs one isascii() per string.
+
+_TAG = "b"
+
+
+def _tagged(value: object) -> dict[str, str]:
+    if type(value) is bytes:
+        return {_TAG: base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _untagged(value: object) -> Any:
+    if type(value) is bytes:
+        raise Unrepresentable(
+            f"a string that is not UTF-8 ({value.decode('utf-8', 'backslashreplace')})"
+            f" needs protocol version {OS_BYTES_VERSION}"
+        )
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _os_str(value: Any, _type: Any = None) -> str:
+    """An OS string field: a JSON string, or the tagged bytes of one that is
+    not UTF-8 (in that one form: canonical base64, bytes that are not UTF-8)."""
+    if type(value) is str:
+        return from_wire_text(value)
+    if type(value) is dict and len(value) == 1 and type(value.get(_TAG)) is str:
+        text = value[_TAG]
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except ValueError:  # binascii.Error, or not ASCII
+            raise ValueError(f'"{_TAG}" is not base64') from None
+        if base64.b64encode(raw).decode("ascii") != text:
+            raise ValueError(f'"{_TAG}" is not canonical base64')
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return from_wire_bytes(raw)
+        raise ValueError("tagged bytes are UTF-8: they travel as a JSON string")
+    if type(value) is dict:
+        raise ValueError(f'expected a string or {{"{_TAG}": base64}}, got another object')
+    raise TypeError(f"expected string, got {type(value).__name__}")
+
+
+def _list_to_wire(items: list[str]) -> list[str | bytes]:
+    """An argv: one check for the whole list in the common case, ASCII."""
+    if "".join(items).isascii():
+        return list(items)
+    return [to_wire(item) for item in items]
+
+
+def _env_to_wire(env: dict[str, str]) -> dict[str, str | bytes] | list[list[str | bytes]]:
+    """An object; a list of [name, value] pairs if a name is not UTF-8 (a
+    JSON object's keys are strings)."""
+    if "".join(env).isascii() and "".join(env.values()).isascii():
+        return dict(env)
+    out: dict[str, str | bytes] = {}
+    for name, value in env.items():
+        key = to_wire(name)
+        if type(key) is not str:
+            return [[to_wire(k), to_wire(v)] for k, v in env.items()]
+        out[key] = to_wire(value)
+    return out
+
+
+def _env(value: Any, _type: Any) -> dict[str, str]:
+    if type(value) is dict:
+        return {_os_str(k): _os_str(v) for k, v in value.items()}
+    if type(value) is not list:
+        raise TypeError(f"expected object or list of pairs, got {type(value).__name__}")
+    env: dict[str, str] = {}
+    for pair in value:
+        if type(pair) is not list or len(pair) != 2:
+            raise TypeError("expected [name, value] pairs")
+        name = _os_str(pair[0])
+        if name in env:
+            raise ValueError(f"variable {escaped(name)} given twice")
+        env[name] = _os_str(pair[1])
+    if all(map(is_utf8, env)):
+        raise ValueError("every name is UTF-8: the environment travels as an object")
+    return env
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(int, _strict(int, "integer"))
@@ -149,6 +258,12 @@ def _make_converter() -> cattrs.Converter:
 
     def is_dict(t: Any) -> bool:
         return getattr(t, "__origin__", None) is dict
+
+    def is_env(t: Any) -> bool:
+        return is_dict(t) and is_os_str(t.__args__[0])
+
+    def is_os_list(t: Any) -> bool:
+        return is_list(t) and is_os_str(t.__args__[0])
 
     def list_hook(t: Any) -> Any:
         (item,) = t.__args__
@@ -175,6 +290,13 @@ def _make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_factory(is_list, list_hook)
     conv.register_structure_hook_factory(is_dict, dict_hook)
+    # OS strings, before the messages' hooks are made (registered later,
+    # is_env wins over is_dict).
+    conv.register_structure_hook_func(is_os_str, _os_str)
+    conv.register_unstructure_hook_func(is_os_str, to_wire)
+    conv.register_structure_hook_func(is_env, _env)
+    conv.register_unstructure_hook_func(is_env, _env_to_wire)
+    conv.register_unstructure_hook_func(is_os_list, _list_to_wire)
     # Hello leaves out fields at their default: the handshake frame stays
     # what the first version-2 clients sent. The fields version 4 added are
     # left out at their default too, so an older peer (which rejects unknown
@@ -222,14 +344,16 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def encode_body(msg: Message) -> tuple[bytes, bytes]:
-    """Message -> (JSON body, blob)."""
+def encode_body(msg: Message, version: int = PROTOCOL_VERSION) -> tuple[bytes, bytes]:
+    """Message -> (JSON body, blob), as a peer of ``version`` reads it.
+    Raises Unrepresentable if that version cannot carry it."""
     data = _converter.unstructure(msg)
     blob_field: str | None = getattr(type(msg), "BLOB", None)
     blob = b""
     if blob_field is not None:
         blob = data.pop(blob_field)
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    default = _tagged if version >= OS_BYTES_VERSION else _untagged
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=default).encode()
     return body, blob
 
 
@@ -265,7 +389,7 @@ def decode_body(cls: type[Message], body: bytes, blob: bytes) -> Message:
 
 
 def encode_frame(msg: Message, version: int, nfds: int = 0) -> bytes:
-    body, blob = encode_body(msg)
+    body, blob = encode_body(msg, version)
     return HEADER.pack(MAGIC, version, msg.TYPE, nfds, len(body), len(blob)) + body + blob
 
 
@@ -417,7 +541,8 @@ class Codec:
 
     def send(self, msg: Message, nfds: int = 0) -> bytes:
         """Encode ``msg`` into a frame; the caller sends ``nfds`` fds with its
-        first byte."""
+        first byte. Raises FrameTooLarge, or Unrepresentable for what the
+        negotiated version cannot carry."""
         if type(msg) not in self._sends:
             raise ValueError(f"a {self._role} may not send {type(msg).__name__}")
         if nfds > min(MAX_FDS.get(type(msg), 0), MAX_FDS_PER_FRAME):

@@ -24,6 +24,10 @@ Rules, all here:
   keeps it whole), listings come in pages (version 4), a claim's answer is
   split into as many ``Claimed`` frames as it needs, and a request may name
   at most ``MAX_REQUEST_IDS`` children.
+- **Bytes.** An argv, cwd or environment that is not UTF-8 goes to the child
+  as it came. An older client (before version 5) is shown such strings
+  escaped (``caf\\xe9``), as every error message shows them: its codec could
+  not read them otherwise.
 - **Holders.** Who holds which child is the core's state: a child has at
   most one holder; a client that goes away gives back everything it held.
 """
@@ -45,6 +49,7 @@ from multiserver._fds import OwnedFd, close_all, dup_all
 from multiserver._messages import (
     MIN_PROTOCOL_VERSION,
     NAME_RE,
+    OS_BYTES_VERSION,
     PROTOCOL_VERSION,
     ChildError,
     ChildExited,
@@ -73,6 +78,7 @@ from multiserver._messages import (
     Signal,
     Welcome,
 )
+from multiserver._osstr import escaped, is_utf8
 
 # The most children one Claim or Release may name. An answer is a few dozen
 # bytes per id: a bound keeps one request from filling the daemon's memory.
@@ -97,6 +103,11 @@ class LaunchError(Exception):
         super().__init__(message)
         self.errno = err
         self.message = message
+
+
+def command_not_found(argv0: str) -> LaunchError:
+    """The daemon's and the simulator's one wording, the name escaped."""
+    return LaunchError(errno.ENOENT, f"command not found: {escaped(argv0)}")
 
 
 def launch_problem(
@@ -128,9 +139,9 @@ def launch_problem(
     if any(not k or "=" in k for k in env):
         return errno.EINVAL, "an environment variable with an empty name or '=' in it"
     if not os.path.isabs(cwd):
-        return errno.EINVAL, f"cwd must be absolute: {cwd}"
+        return errno.EINVAL, f"cwd must be absolute: {escaped(cwd)}"
     if cwd_must_exist and not os.path.isdir(cwd):
-        return errno.ENOENT, f"no such directory: {cwd}"
+        return errno.ENOENT, f"no such directory: {escaped(cwd)}"
     return None
 
 
@@ -162,7 +173,10 @@ def _argv_size(argv: Sequence[str] | None) -> int:
 def listed(info: ChildInfo, version: int) -> ChildInfo:
     """``info`` as an answer to a peer of ``version`` carries it: argv and
     the foreground argv shortened past ``ARGV_LISTED``; ``argv_omitted`` set
-    only for peers that know it (version 4)."""
+    only for peers that know it (version 4); strings that are not UTF-8
+    escaped for peers that cannot read them (before version 5)."""
+    if version < OS_BYTES_VERSION:
+        info = _escaped(info)
     if _argv_size(info.argv) <= ARGV_LISTED and _argv_size(info.fg_argv) <= ARGV_LISTED:
         return info
     argv, omitted = shorten_argv(info.argv)
@@ -172,6 +186,20 @@ def listed(info: ChildInfo, version: int) -> ChildInfo:
         argv=argv,
         fg_argv=fg_argv,
         argv_omitted=omitted if version >= PAGED_VERSION else 0,
+    )
+
+
+def _escaped(info: ChildInfo) -> ChildInfo:
+    """``info`` with its OS strings that are not UTF-8 escaped (``caf\\xe9``)."""
+    fg_argv = info.fg_argv or []
+    if all(map(is_utf8, (info.cwd, info.fg_cwd or "", *info.argv, *fg_argv))):
+        return info
+    return attrs.evolve(
+        info,
+        argv=[escaped(a) for a in info.argv],
+        cwd=escaped(info.cwd),
+        fg_cwd=None if info.fg_cwd is None else escaped(info.fg_cwd),
+        fg_argv=None if info.fg_argv is None else [escaped(a) for a in info.fg_argv],
     )
 
 

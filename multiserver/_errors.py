@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import errno as _errno
+
 
 class MultiserverError(Exception):
     """Base of every error this library raises. ``str()`` is one line."""
@@ -42,6 +44,21 @@ class RequestFailed(MultiserverError):
         self.message = message
 
 
+class DaemonTooOld(RequestFailed):
+    """The request holds what the daemon's protocol version cannot carry (an
+    argv, cwd or environment that is not UTF-8, before version 5). Nothing was
+    sent; the connection is healthy."""
+
+    @classmethod
+    def speaking(cls, version: int) -> DaemonTooOld:
+        """The one line both clients say."""
+        return cls(
+            _errno.EILSEQ,
+            f"the daemon speaks protocol {version}, which cannot carry"
+            " non-UTF-8 arguments; restart it",
+        )
+
+
 class ChildFailed(RequestFailed):
     """One child of a multi-child request failed."""
 
@@ -55,6 +72,7 @@ __all__ = [
     "ConnectionClosed",
     "DaemonAlreadyRunning",
     "DaemonNotRunning",
+    "DaemonTooOld",
     "MultiserverError",
     "PeerProtocolError",
     "RequestFailed",

@@ -18,13 +18,20 @@ from typing import ClassVar, Literal
 
 import attrs
 
+from multiserver._osstr import OsStr
+
 # 3: Hello.children. A version-2 client never sends it, so a version-3
 # daemon serves version 2 unchanged.
 # 4: listings in pages (Children.last, Welcome.more) and ChildInfo.argv_omitted.
 # Each is left out of the body at its default, and a daemon sets none of them
 # for an older client, so version 2 and 3 peers see the frames they know.
-PROTOCOL_VERSION = 4
+# 5: OS strings (argv, cwd, environment: ``OsStr``) whose bytes are not UTF-8
+# travel as {"b": base64}. Anything else is version 4; a daemon shows an
+# older client such a string escaped (``caf\xe9``), and a client refuses to
+# send one to an older daemon.
+PROTOCOL_VERSION = 5
 MIN_PROTOCOL_VERSION = 2
+OS_BYTES_VERSION = 5
 
 ChildState = Literal["running", "exited"]
 
@@ -39,8 +46,8 @@ class ChildInfo:
     id: int
     pid: int
     name: str
-    argv: list[str]
-    cwd: str
+    argv: list[OsStr]
+    cwd: OsStr
     tty: str
     rows: int
     cols: int
@@ -55,8 +62,8 @@ class ChildInfo:
     # Filled only when asked (List.foreground): the foreground process of the
     # child's terminal, where the OS tells it.
     fg_pid: int | None = None
-    fg_cwd: str | None = None
-    fg_argv: list[str] | None = None
+    fg_cwd: OsStr | None = None
+    fg_argv: list[OsStr] | None = None
     # Version 4. Characters of argv left out of this answer (a listing is
     # bounded; the child keeps its whole argv). 0: argv is whole.
     argv_omitted: int = 0
@@ -129,9 +136,9 @@ class Refused:
 class Launch:
     TYPE: ClassVar[int] = 10
     req: int
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
+    argv: list[OsStr]
+    env: dict[OsStr, OsStr]
+    cwd: OsStr
     rows: int = 24
     cols: int = 80
     name: str = ""

@@ -291,15 +291,15 @@ def foreground(master: int) -> tuple[int | None, str | None, list[str] | None]:
     cwd: str | None
     argv: list[str] | None
     try:
-        # Bytes, decoded with replacement: a path that is not UTF-8 must not
-        # make the reply unencodable.
-        cwd = os.readlink(f"/proc/{pgid}/cwd".encode()).decode(errors="replace")
+        # As Python decodes any OS string (surrogateescape): a path that is
+        # not UTF-8 is kept byte for byte, and the codec carries it.
+        cwd = os.fsdecode(os.readlink(f"/proc/{pgid}/cwd".encode()))
     except OSError:
         cwd = None
     try:
         with open(f"/proc/{pgid}/cmdline", "rb") as f:
             raw = f.read()
-        argv = [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]] or None
+        argv = [os.fsdecode(a) for a in raw.split(b"\0")[:-1]] or None
     except OSError:
         argv = None
     return pgid, cwd, argv

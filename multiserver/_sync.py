@@ -24,12 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from multiserver._codec import NEED_DATA, Codec, Event, ProtocolError, close_fds
+from multiserver._codec import NEED_DATA, Codec, Event, ProtocolError, Unrepresentable, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._errors import (
     ChildFailed,
     ConnectionClosed,
     DaemonNotRunning,
+    DaemonTooOld,
     PeerProtocolError,
     RequestFailed,
 )
@@ -181,7 +182,10 @@ class SyncClient:
 
     def _call(self, build: Callable[[int], Message]) -> int:
         req = next(self._reqs)
-        self._channel.send(build(req))
+        try:
+            self._channel.send(build(req))
+        except Unrepresentable:  # nothing was sent: the connection is fine
+            raise DaemonTooOld.speaking(self.welcome.version) from None
         return req
 
     def _reply(self, req: int) -> Event:

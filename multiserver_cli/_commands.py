@@ -32,6 +32,7 @@ from multiserver import (
     TimedOut,
     describe_exit,
     dial_blocking,
+    escaped,
     launch_env,
 )
 from multiserver_cli import _shown, _state
@@ -281,8 +282,9 @@ def child_json(
         "pid": child.pid,
         "state": child.state,
         "exit_code": child.exit_code,
-        "argv": child.argv,
-        "cwd": child.cwd,
+        # bytes: an argv or cwd that is not UTF-8 escaped (caf\xe9), as `ls` shows it.
+        "argv": [escaped(a) for a in child.argv],
+        "cwd": escaped(child.cwd),
         "tty": child.tty,
         "held": child.held,
         "buffered_bytes": child.buffered_bytes,
@@ -454,7 +456,7 @@ def cmd_save(args: Namespace) -> int:
     refresh: dict[tuple[str, str, int], _Refresh] = {}
     for d in scan(_number(args), foreground=True).daemons:
         for c in d.children:
-            title = " ".join(c.fg_argv) if c.fg_argv else None
+            title = " ".join(map(escaped, c.fg_argv)) if c.fg_argv else None
             refresh[(str(d.socket), d.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
     changed = live = total = 0
     with _state.open_store() as store:

@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from multiserver import ChildInfo, describe_exit
+from multiserver import ChildInfo, describe_exit, escaped
 from multiserver._paths import SOCKET_RE
 
 
@@ -94,7 +94,8 @@ def ls_table(
 ) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
     children come from more than one). ``waiting``: each child's WAITING
-    figures (default: what its daemon buffers)."""
+    figures (default: what its daemon buffers). An argv or cwd that is not
+    UTF-8 is shown escaped (``caf\\xe9``)."""
     if waiting is None:
         waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
     rows = []
@@ -105,8 +106,8 @@ def ls_table(
                 c.name,
                 state,
                 "held" if c.held else "-",
-                _truncate(shlex.join(c.argv), 40),
-                _truncate(c.cwd, 40),
+                _truncate(shlex.join(escaped(a) for a in c.argv), 40),
+                _truncate(escaped(c.cwd), 40),
                 human_age(now - c.started_at),
                 waiting_text(w),
             ]

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from multiserver._errors import MultiserverError
+from multiserver._osstr import escaped
 from multiserver._paths import LockBusy, default_daemon_number
 from multiserver_cli._errors import CliError
 from multiserver_cli._proxy import parse_key
@@ -327,10 +328,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             status = run(args.cmd, args)
     except CliError as exc:
-        print(f"multiserver: {exc}", file=sys.stderr)
+        _say_error(exc)
         sys.exit(exc.status)
     except MultiserverError as exc:
-        print(f"multiserver: {exc}", file=sys.stderr)
+        _say_error(exc)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -339,6 +340,12 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     sys.exit(status)
+
+
+def _say_error(exc: Exception) -> None:
+    # bytes: an error may quote an argv or a path that is not UTF-8; it is
+    # shown escaped (caf\xe9), as `ls` shows it.
+    print(f"multiserver: {escaped(str(exc))}", file=sys.stderr)
 
 
 def _foreground(args: argparse.Namespace) -> int:

@@ -4,7 +4,6 @@ each message as the real daemon would, under its ``Behavior``."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import secrets
@@ -17,7 +16,7 @@ import trio
 
 from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
-from multiserver._core import LaunchError, RequestCore, launch_problem
+from multiserver._core import RequestCore, command_not_found, launch_problem
 from multiserver._messages import Launch, Message
 from multiserver._paths import ensure_private_dir, fits_sun_path
 from multiserver._server import bind_listener
@@ -78,7 +77,7 @@ class _SimHost:
 
     def spawn(self, msg: Launch, env: dict[str, str]) -> SimChild:
         if msg.argv[0] in self._daemon.missing_commands:
-            raise LaunchError(errno.ENOENT, f"command not found: {msg.argv[0]}")
+            raise command_not_found(msg.argv[0])
         return self.new_child(msg.argv, msg.name, msg.cwd, env, msg.rows, msg.cols, msg.linger)
 
     def hold(self, child: SimChild) -> None:

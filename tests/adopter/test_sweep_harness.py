@@ -621,6 +621,23 @@ async def test_adopt_false_changes_nothing(
         assert adopted.name == "orphan-vim-1" and adopted.notice == ORPHAN_NOTICE.encode()
 
 
+async def test_an_orphan_whose_argv_is_not_utf8_is_reported_escaped_and_kept_byte_exact(
+    dirs: Dirs, autojump_clock: trio.testing.MockClock
+) -> None:
+    sim = sim_at(1)
+    argv = ["vim", os.fsdecode(b"caf\xe9.txt")]
+    sim.add_child(argv, name="ed", cwd=os.fsdecode(b"/src/caf\xe9"))
+    sink = MemorySink()
+    async with serving(sim):
+        [dry] = (await sweep(sink, adopt=False)).rows
+        assert dry.detail == "vim caf\\xe9.txt"  # a report can print it
+        [done] = (await sweep(sink)).rows
+        assert done.action == "adopted" and done.detail.endswith(": vim caf\\xe9.txt")
+    [leaf] = orphan_leaves(sink.current)
+    assert leaf.title == "vim caf\\xe9.txt"
+    assert leaf.argv == argv and os.fsencode(leaf.cwd) == b"/src/caf\xe9"  # relaunched as they were
+
+
 async def test_a_stale_socket_is_removed_only_when_its_lock_is_free(
     dirs: Dirs, autojump_clock: trio.testing.MockClock
 ) -> None:

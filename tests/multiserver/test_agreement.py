@@ -56,6 +56,9 @@ from multiserver.testing import SimDaemon
 from tests.conftest import RunningDaemon
 
 MISSING = "no-such-command-xyz"
+# Bytes that are not UTF-8, as Python holds them (surrogateescape).
+LATIN_DIR = os.fsdecode(b"caf\xe9")
+LATIN_MISSING = os.fsdecode(b"no-such-command-\xe9")
 VOLATILE = {"pid", "tty", "started_at", "exited_at", "instance_id", "server"}
 # The reply that ends each request's answer.
 FINAL: dict[type[Message], tuple[type[Message], ...]] = {
@@ -82,6 +85,17 @@ def normal(value: Any) -> Any:
     if isinstance(value, list):
         return [normal(v) for v in value]
     return value
+
+
+def child_infos(value: Any) -> list[dict[str, Any]]:
+    """Every ChildInfo in a ``normal`` answer, in order."""
+    if isinstance(value, tuple) and value and value[0] == "ChildInfo":
+        return [value[1]]
+    if isinstance(value, list | tuple):
+        return [i for v in value for i in child_infos(v)]
+    if isinstance(value, dict):
+        return [i for v in value.values() for i in child_infos(v)]
+    return []
 
 
 class Probe:
@@ -152,6 +166,18 @@ def scenario(cwd: str) -> list[Step]:
         ("a", launch(linger=-1.0)),
         ("a", launch(env={**env, "A=B": "x"})),
         ("a", launch(argv=["sh", "-c", "exec cat", "x" * 100_000], name="long")),
+        (  # id 4: an argument, a cwd and a variable's name and value that are not UTF-8
+            "a",
+            launch(
+                argv=["sh", "-c", "exec cat", os.fsdecode(b"x\xe9")],
+                env={**env, os.fsdecode(b"V\xe9"): os.fsdecode(b"\xff")},
+                cwd=os.path.join(cwd, LATIN_DIR),
+                name="latin",
+                hold=False,
+            ),
+        ),
+        ("a", launch(argv=[LATIN_MISSING])),  # the message shows it escaped
+        ("a", launch(cwd=os.path.join("/no/such", LATIN_DIR))),
         ("b", lambda req: Claim(req=req, ids=[1, 2, 99, 1])),  # ok, busy, unknown, twice
         ("b", lambda req: Claim(req=req, ids=[2], steal=True)),  # a gets ChildTaken
         ("a", lambda req: Release(req=req, ids=[2, 99])),  # not a's any more; unknown
@@ -177,6 +203,9 @@ def scenario(cwd: str) -> list[Step]:
         ("c", lambda req: Hello(min_version=2, max_version=3)),  # an older client
         ("c", lambda req: ListChildren(req=req)),
         ("c", lambda req: Claim(req=req, ids=[3])),  # "long": argv shortened, no argv_omitted
+        ("c", lambda req: Claim(req=req, ids=[4])),  # "latin": escaped for an older client
+        ("d", lambda req: Hello(min_version=2, max_version=4)),
+        ("d", lambda req: ListChildren(req=req)),
     ]
 
 
@@ -201,9 +230,10 @@ async def run(path: Path, steps: list[Step]) -> list[Any]:
 async def test_the_real_and_the_simulated_daemon_answer_alike(
     daemon: RunningDaemon, tmp_path: Path
 ) -> None:
+    (tmp_path / LATIN_DIR).mkdir()
     steps = scenario(str(tmp_path))
     real = await run(daemon.paths.socket, steps)
-    sim = SimDaemon(tmp_path / "sim" / "d.sock", missing_commands=[MISSING])
+    sim = SimDaemon(tmp_path / "sim" / "d.sock", missing_commands=[MISSING, LATIN_MISSING])
     async with sim.serving():
         simulated = await run(sim.socket_path, steps)
     for got, want in zip(simulated, real, strict=True):
@@ -215,6 +245,21 @@ async def test_the_real_and_the_simulated_daemon_answer_alike(
     assert {errno.EEXIST, errno.EINVAL, errno.ENOENT, errno.EBUSY} <= errnos
     notices = [n for _, _, _, ns in real for n in ns]
     assert ("ChildTaken", {"id": 2}) in notices
+
+    # The bytes came back as they went, and escaped where a person reads them.
+    def latin(who: str) -> dict[str, Any]:
+        """The "latin" child as ``who`` was last shown it."""
+        found = [i for _, w, answer, _ in real if w == who for i in child_infos(answer)]
+        return [i for i in found if i["name"] == "latin"][-1]
+
+    assert latin("a")["argv"][-1] == os.fsdecode(b"x\xe9")
+    assert latin("a")["cwd"] == os.path.join(tmp_path, LATIN_DIR)
+    for older in ("c", "d"):  # versions 3 and 4
+        assert latin(older)["argv"][-1] == "x\\xe9"
+        assert latin(older)["cwd"] == os.path.join(tmp_path, "caf\\xe9")
+    messages = [r[1]["message"] for _, _, a, _ in real for r, _ in a if r[0] == "Error"]
+    assert "command not found: no-such-command-\\xe9" in messages
+    assert "no such directory: /no/such/caf\\xe9" in messages
 
 
 @pytest.mark.parametrize("version", [2, 3])
@@ -258,3 +303,61 @@ async def test_an_older_client_sees_no_field_it_does_not_know(
     assert len(bodies) == 2
     for body in bodies:  # version 4's fields never reach it
         assert b'"argv_omitted"' not in body and b'"more"' not in body and b'"last"' not in body
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+async def test_an_older_client_never_receives_bytes_in_the_new_form(
+    daemon: RunningDaemon, tmp_path: Path, version: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child launched with bytes that are not UTF-8 (by a version-5
+    client): an older client lists and claims it, and every body it
+    receives is one its own codec reads: no {"b": ...}, the bytes escaped."""
+    bodies: list[bytes] = []
+    decode = _codec.decode_body
+
+    def recording(cls: type[Message], body: bytes, blob: bytes) -> Message:
+        bodies.append(body)
+        return decode(cls, body, blob)
+
+    latin_dir = tmp_path / LATIN_DIR
+    latin_dir.mkdir()
+    launch = Launch(
+        req=1,
+        argv=["sh", "-c", "exec cat", os.fsdecode(b"x\xe9")],
+        env={"PATH": os.defpath, os.fsdecode(b"V\xe9"): os.fsdecode(b"\xff")},
+        cwd=str(latin_dir),
+        hold=False,
+    )
+    newer = await run(
+        daemon.paths.socket,
+        [
+            ("n", lambda req: Hello(min_version=2, max_version=PROTOCOL_VERSION)),
+            ("n", lambda req: launch),
+            ("n", lambda req: ListChildren(req=req, foreground=True)),
+        ],
+    )
+    [child] = child_infos(newer[1][2])
+    assert child["argv"][-1] == os.fsdecode(b"x\xe9") and child["cwd"] == str(latin_dir)
+    [listed] = child_infos(newer[2][2])
+    assert listed["fg_cwd"] == str(latin_dir)  # read back from /proc byte for byte
+    monkeypatch.setattr(_codec, "decode_body", recording)
+    older = await run(
+        daemon.paths.socket,
+        [
+            ("o", lambda req: Hello(min_version=2, max_version=version)),
+            ("o", lambda req: ListChildren(req=req, foreground=True)),
+            ("o", lambda req: Claim(req=req, ids=[child["id"]])),
+            ("o", lambda req: Signal(req=req, id=child["id"], signum=signal.SIGKILL)),
+        ],
+    )
+    assert older[0][2][0][0][1]["version"] == version
+    shown = child_infos(older)
+    assert len(shown) == 3  # the Welcome, the listing, the claim
+    for info in shown:
+        assert info["argv"][-1] == "x\\xe9"
+        assert info["cwd"] == os.path.join(tmp_path, "caf\\xe9")
+    assert shown[1]["fg_cwd"] == os.path.join(tmp_path, "caf\\xe9")
+    assert len(bodies) == 4
+    for body in bodies:
+        body.decode("utf-8")
+        assert b'{"b":' not in body

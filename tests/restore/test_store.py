@@ -4,6 +4,7 @@ durable close, concurrent writers. Every test works in its own tmp_path."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import stat
 import subprocess
@@ -148,6 +149,22 @@ def test_round_trip_through_a_reopen(store: ArrangementStore, path: Path) -> Non
     store.close()
     with ArrangementStore.open(path) as again:
         assert again.load() == rich()
+
+
+def test_an_argv_and_cwd_that_are_not_utf8_round_trip_byte_for_byte(
+    store: ArrangementStore, path: Path
+) -> None:
+    argv = ["vim", os.fsdecode(b"caf\xe9.txt"), os.fsdecode(b"\xff\xfe")]
+    cwd = os.fsdecode(b"/src/caf\xe9")
+    store.add_session(SessionLeaf("latin", argv, cwd, title="vim caf\\xe9.txt"))
+    store.close()
+    with ArrangementStore.open(path) as again:
+        [got] = again.load().leaves()
+    assert [os.fsencode(a) for a in got.argv] == [b"vim", b"caf\xe9.txt", b"\xff\xfe"]
+    assert os.fsencode(got.cwd) == b"/src/caf\xe9"
+    with raw(path) as conn:
+        [(doc,)] = conn.execute("SELECT doc FROM arrangement").fetchall()
+    assert doc.isascii() and "caf\\udce9" in doc  # \udcXX escapes: valid UTF-8 text
 
 
 def test_an_unchanged_document_is_structured_once(
