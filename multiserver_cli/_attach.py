@@ -1,9 +1,10 @@
 """``multiserver attach``: hold a session's PTY and be its terminal.
 
 Sequence: claim (taking it over from any other client) -> replay the output
-buffered while detached -> size the PTY to this terminal and make full-screen
-programs redraw -> proxy in raw mode until detach, exit, takeover or the
-terminal going away -> restore the terminal -> release (or collect).
+buffered while detached, without its queries -> size the PTY to this terminal
+and make full-screen programs redraw -> proxy in raw mode until detach, exit,
+takeover or the terminal going away -> reset the terminal (alternate screen,
+cursor, keys, mouse...) and restore its modes -> release (or collect).
 """
 
 from __future__ import annotations
@@ -108,13 +109,15 @@ async def run_attached(
     # attach replays the screen left behind (a shell's too, not only
     # full-screen programs, which redraw).
     shown = OutputBuffer(SCREEN_KEEP)
-    shown.append(replay)
     ctl_r, ctl_w = os.pipe()
     outcome = _Outcome()
     try:
-        with _proxy.raw_terminal(stdin):
-            if replay:
-                _proxy.write_all(stdout, replay)
+        # Raw mode; on every way out, the terminal reset (alternate screen
+        # left, cursor shown...) before the status line.
+        with _proxy.attached_terminal(stdin, stdout, shown) as screen:
+            # The replay without its queries; the filter drops the terminal's
+            # answers to what was missed.
+            answers = screen.replay(replay, answers_to=stdin)
             await _redraw(client, child, master, terminal_size(stdin), redraw)
 
             async def watch() -> None:
@@ -155,10 +158,10 @@ async def run_attached(
                     _proxy.proxy,
                     master,
                     stdin,
-                    stdout,
+                    screen,
                     ctl_r,
                     detach_key,
-                    shown,
+                    answers,
                     abandon_on_cancel=False,
                 )
                 if reason == _proxy.EOF:
@@ -166,7 +169,7 @@ async def run_attached(
                         await outcome.settled.wait()
                 nursery.cancel_scope.cancel()
             if outcome.exit_code is not None:
-                _drain_rest(master, stdout)
+                screen.drain_rest(master)
     finally:
         os.close(ctl_r)
         os.close(ctl_w)
@@ -189,19 +192,6 @@ async def run_attached(
     return 0
 
 
-def _drain_rest(master: int, stdout: int) -> None:
-    """Output the program wrote before it exited and we have not shown."""
-    os.set_blocking(master, False)
-    while True:
-        try:
-            data = os.read(master, _proxy.READ_SIZE)
-        except OSError:
-            return
-        if not data:
-            return
-        _proxy.write_all(stdout, data)
-
-
 async def attach_exited(
     client: Client,
     child: ChildInfo,
@@ -210,8 +200,8 @@ async def attach_exited(
     close_exited: CloseExited,
 ) -> int:
     """The session had already exited: show what it wrote, close it."""
-    if replay:
-        _proxy.write_all(sys.stdout.fileno(), replay)
+    # In raw mode as a live replay, its queries removed, the terminal reset.
+    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
     await close_exited(client, child)
     say(f"[{child.name} exited with code {code}]", not replay or replay.endswith(b"\n"))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from multiserver_cli._terminal import SENTINEL
 from tests.cli.conftest import (
     INNER_PROMPT,
     INNER_SH,
@@ -279,6 +280,33 @@ async def test_attaching_to_an_exited_session_shows_its_output_and_collects_it(
     assert await listed(ms_dirs) == {}
 
 
+async def test_an_exited_sessions_output_is_shown_as_a_live_replay_is(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """A program that turned ONLCR off writes bare newlines, which move down
+    a row and keep the column, as on its own terminal. A live session's
+    replay is written in raw mode and shows that; an exited session's was
+    written in cooked mode, where the terminal added a CR to each newline."""
+    program = 'stty -onlcr; printf "ab\\ncd\\n"; '
+    await ms(ms_dirs, "new", "-d", "-n", "live", "--", "sh", "-c", program + "sleep 1000")
+    await ms(ms_dirs, "new", "-d", "-n", "done", "--", "sh", "-c", program + "exit 7")
+    await wait_session(ms_dirs, "done", lambda s: s and s.state == "exited", "exited")
+    await wait_buffered(ms_dirs, "live", b"cd\n")
+    t = open_terminal()
+    await t.wait_prompt()
+    t.line("multiserver attach live")
+    await t.wait_screen(re.compile(r"^ *cd$", re.M))
+    t.type(DETACH)
+    await t.wait_screen("[detached from live]")
+    await t.wait_prompt(count=2)
+    t.line("multiserver attach done")
+    screen = await t.wait_screen("[done exited with code 7]")
+    live = after_last(screen, "multiserver attach live").split("\n")[:2]
+    done = after_last(screen, "multiserver attach done").split("\n")[:2]
+    assert live == ["ab", "  cd"]
+    assert done == live
+
+
 async def test_detach_key_can_be_changed_or_disabled(ms_dirs: MsDirs, open_terminal) -> None:
     """With `-e ^A`, ^\\ reaches the program and ^A detaches; with `-E`
     neither detaches (the program sees both)."""
@@ -368,7 +396,8 @@ async def test_client_sigkilled_mid_stream_loses_no_byte(ms_dirs: MsDirs, open_t
 
     t2 = open_terminal([MULTISERVER, "attach", "s"], name="second window")
     await t2.wait_bytes(b"n%d\r\n" % (2 * N_HALF))
-    got = shown_first + bytes(t2.raw)
+    # The replay is followed by the client's own question (the sentinel).
+    got = shown_first + bytes(t2.raw).replace(SENTINEL, b"", 1)
     assert got == stream(1, 2 * N_HALF), first_difference(got, stream(1, 2 * N_HALF))
     assert (await listed(ms_dirs))["s"].dropped_bytes == 0
 
