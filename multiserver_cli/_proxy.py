@@ -1,11 +1,15 @@
 """The attached data path: the user's terminal <-> the session's PTY master.
 
 No proxy process sits in between: this client holds the master itself. The
-loop is plain blocking ``poll`` + ``read``/``write`` in one worker thread (no
-event loop per chunk), which is what keeps it close to a raw PTY's speed. The
-trio side stops it by writing to ``ctl``; the loop never reads the master
-after it has seen ``ctl``, so the session can be released without a byte
-read twice or lost.
+loop is plain ``poll`` + ``read``/``write`` in one thread (no event loop per
+chunk), which is what keeps it close to a raw PTY's speed. Nothing in it
+blocks but ``poll``: output read from the PTY waits in a bounded buffer
+while the terminal is slow (the terminal is written through a non-blocking
+file description of its own), input waits likewise while the program is
+not reading it, so the detach key, the ``ctl`` pipe and the other direction
+keep working. The trio side stops it by writing to ``ctl``; the loop never
+reads the master after it has seen ``ctl``, so the session can be released
+without a byte read twice or lost.
 
 ``Screen`` is the terminal as this client writes to it: everything shown
 (``shown``, handed back on release) and what it left on (for the reset that
@@ -22,7 +26,7 @@ import select
 import termios
 import time
 import tty
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -30,9 +34,18 @@ from multiserver._buffer import OutputBuffer
 from multiserver_cli._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
 
 READ_SIZE = 65536
-# Bounded small: what was read but not yet written is lost if the client is
-# SIGKILLed while the terminal is slow.
+# What one pass reads from the PTY before writing it on: a PTY hands out
+# about 4 KiB a read, and one large write to the terminal costs far less
+# than many small ones.
 BATCH = 16 * 1024
+# Output read from the PTY and not yet written to the terminal. The PTY is
+# not read past it, so a slow terminal slows the program down as a plain
+# terminal would, after this much. Kept moderate: it is what the terminal
+# still shows after Ctrl-C, and what is lost if the client is SIGKILLed.
+PENDING_LIMIT = 256 * 1024
+# Input read from the terminal and not yet taken by the program; past it
+# the terminal is not read (the detach key then waits too, ``ctl`` does not).
+INPUT_LIMIT = 64 * 1024
 # How long answers to a replay are waited for when the terminal does not
 # answer the sentinel (see ``_terminal``). The terminals met answer it in
 # milliseconds, over ssh in a round trip.
@@ -62,9 +75,8 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
 
 
 def _read_batch(fd: int) -> tuple[bytes, bool]:
-    """Everything readable now, up to BATCH bytes: a PTY hands out about
-    4 KiB a read, and one large write to the terminal costs far less than
-    many small ones. Returns (data, the PTY's other side is closed)."""
+    """Everything readable now, up to about BATCH bytes (a read more, at
+    most). Returns (data, the PTY's other side is closed)."""
     chunks: list[bytes] = []
     size = 0
     while size < BATCH:
@@ -165,6 +177,176 @@ def show_exited(stdin: int, stdout: int, replay: bytes) -> None:
         screen.replay(replay, answers_to=None)
 
 
+def _terminal_output(fd: int) -> tuple[int, Callable[[], None]]:
+    """A non-blocking fd writing where ``fd`` writes, and how to let it go.
+
+    A terminal is opened again, for a file description of its own: the
+    non-blocking flag lives on the description, and ``fd``'s is shared with
+    the shell that started us (and with our stdin). Where the terminal
+    cannot be opened again (``su``: not our device), or ``fd`` is no
+    terminal, the shared flag is set and put back after."""
+    if os.isatty(fd):
+        with contextlib.suppress(OSError):
+            own = os.open(os.ttyname(fd), os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+            if os.fstat(own).st_rdev == os.fstat(fd).st_rdev:
+                return own, lambda: os.close(own)
+            os.close(own)
+    was_blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    return fd, lambda: os.set_blocking(fd, was_blocking)
+
+
+@attrs.define
+class _Copy:
+    """One attachment's copy loop; see ``proxy``."""
+
+    master: int
+    stdin: int
+    out: int  # the terminal, non-blocking
+    ctl: int
+    detach_key: bytes | None
+    screen: Screen
+    answers: AnswerFilter | None
+    _to_terminal: bytearray = attrs.Factory(bytearray)
+    _to_program: bytearray = attrs.Factory(bytearray)
+    _poller: select.poll = attrs.Factory(select.poll)
+    _masks: dict[int, int] = attrs.Factory(dict)
+    _watching: tuple[int, int, int] = (-1, -1, -1)
+
+    def run(self) -> str:
+        while True:
+            self._watch()
+            try:
+                events = self._poller.poll(self._timeout_ms())
+            except InterruptedError:
+                continue
+            if self._timeout_ms() == 0:  # the answer window's time is up
+                assert self.answers is not None
+                self._to_program += self.answers.expire()
+            ready = dict(events)
+            if self.ctl in ready:
+                return STOPPED
+            if self.out in ready and not self._write_terminal():
+                return TERMINAL_GONE
+            if self.master in ready:
+                if ready[self.master] & select.POLLOUT:
+                    self._write_program()
+                if ready[self.master] & ~select.POLLOUT and self._read_program():
+                    return EOF
+            if self.stdin in ready:
+                reason = self._read_terminal(ready[self.stdin])
+                if reason is not None:
+                    return reason
+
+    def _watch(self) -> None:
+        """Poll for what can be done: read the PTY while its output has room
+        for a whole batch, read the terminal while its input has room, write
+        what waits."""
+        room = len(self._to_terminal) + BATCH <= PENDING_LIMIT
+        # A PTY not read is not polled at all (its input waits meanwhile):
+        # closed, it reports POLLHUP whatever is asked, and would spin the loop.
+        master = select.POLLIN | (select.POLLOUT if self._to_program else 0) if room else 0
+        stdin = select.POLLIN if len(self._to_program) < INPUT_LIMIT else 0
+        out = select.POLLOUT if self._to_terminal else 0
+        if (master, stdin, out) == self._watching:
+            return
+        self._watching = (master, stdin, out)
+        masks = {self.ctl: select.POLLIN, self.master: master, self.stdin: stdin, self.out: 0}
+        masks[self.out] |= out  # out may be stdin's fd (a shared description)
+        for fd, mask in masks.items():
+            if self._masks.get(fd, 0) == mask:
+                continue
+            if mask == 0:
+                self._poller.unregister(fd)
+                del self._masks[fd]
+            elif fd in self._masks:
+                self._poller.modify(fd, mask)
+                self._masks[fd] = mask
+            else:
+                self._poller.register(fd, mask)
+                self._masks[fd] = mask
+
+    def _timeout_ms(self) -> int | None:
+        if self.answers is None or self.answers.phase != "window":
+            return None
+        left = self.answers.deadline - time.monotonic()
+        return 0 if left <= 0 else int(left * 1000) + 1
+
+    def _read_program(self) -> bool:
+        """Read the PTY; True at its end."""
+        data, ended = _read_batch(self.master)
+        if data:
+            self.screen.record(data)
+            behind = bool(self._to_terminal)
+            self._to_terminal += data
+            if not behind:
+                # At once, not after another poll: the terminal usually keeps
+                # up. Behind, it is written when poll says it has room (it
+                # then takes a whole buffer's worth, not a sliver).
+                self._write_terminal()
+        return ended
+
+    def _write_terminal(self) -> bool:
+        """Write what waits for the terminal, as much as it takes now; False
+        if it is gone."""
+        if not self._to_terminal:
+            return True
+        try:
+            n = os.write(self.out, self._to_terminal)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        del self._to_terminal[:n]
+        return True
+
+    def _write_program(self) -> None:
+        if not self._to_program:
+            return
+        try:
+            n = os.write(self.master, self._to_program)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            # The program is gone: its EOF ends the loop.
+            self._to_program.clear()
+            return
+        del self._to_program[:n]
+
+    def _read_terminal(self, mask: int) -> str | None:
+        if mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) and not mask & select.POLLIN:
+            return TERMINAL_GONE
+        try:
+            data = os.read(self.stdin, READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            return TERMINAL_GONE
+        if not data:
+            return TERMINAL_GONE
+        at = data.find(self.detach_key) if self.detach_key is not None else -1
+        if at >= 0:
+            data = data[:at]
+        if self.answers is not None:
+            data = self.answers.feed(data)
+            if at >= 0:
+                data += self.answers.close()
+        self._to_program += data
+        self._write_program()
+        return DETACH if at >= 0 else None
+
+    def finish(self, reason: str) -> None:
+        """On the way out: the terminal gets the output read for it (unless
+        it is gone), the program what of its input fits now."""
+        if self.answers is not None:
+            self._to_program += self.answers.close()
+        self._write_program()
+        if reason != TERMINAL_GONE and self._to_terminal:
+            with contextlib.suppress(OSError):
+                write_all(self.out, self._to_terminal)
+        self._to_terminal.clear()
+
+
 def proxy(
     master: int,
     stdin: int,
@@ -174,62 +356,21 @@ def proxy(
     answers: AnswerFilter | None = None,
 ) -> str:
     """Copy master -> terminal and terminal -> master until detach, EOF or
-    ``ctl``. What is written to the terminal is recorded in ``screen``.
-    ``answers``: the filter for the terminal's answers to a replay.
+    ``ctl``. What is read from the master is recorded in ``screen`` as it is
+    read; on return it has all been written to the terminal (unless that is
+    gone). ``answers``: the filter for the terminal's answers to a replay.
 
     Returns one of DETACH, EOF, TERMINAL_GONE, STOPPED.
     """
     os.set_blocking(master, False)  # the flag is shared with the daemon
-    poller = select.poll()
-    poller.register(master, select.POLLIN)
-    poller.register(stdin, select.POLLIN)
-    poller.register(ctl, select.POLLIN)
-    while True:
-        timeout = None
-        if answers is not None and answers.phase == "window":
-            left = answers.deadline - time.monotonic()
-            if left <= 0:
-                write_all(master, answers.expire())
-            else:
-                timeout = int(left * 1000) + 1
-        try:
-            events = poller.poll(timeout)
-        except InterruptedError:
-            continue
-        for fd, mask in events:
-            if fd == ctl:
-                return STOPPED
-            if fd == master:
-                data, ended = _read_batch(master)
-                if data:
-                    write_all(screen.fd, data)
-                    screen.record(data)
-                if ended:
-                    return EOF
-            elif fd == stdin:
-                if (
-                    mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
-                    and not mask & select.POLLIN
-                ):
-                    return TERMINAL_GONE
-                try:
-                    data = os.read(stdin, READ_SIZE)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return TERMINAL_GONE
-                if not data:
-                    return TERMINAL_GONE
-                at = data.find(detach_key) if detach_key is not None else -1
-                if at >= 0:
-                    data = data[:at]
-                if answers is not None:
-                    data = answers.feed(data)
-                    if at >= 0:
-                        data += answers.close()
-                write_all(master, data)
-                if at >= 0:
-                    return DETACH
+    out, let_go = _terminal_output(screen.fd)
+    try:
+        copy = _Copy(master, stdin, out, ctl, detach_key, screen, answers)
+        reason = copy.run()
+        copy.finish(reason)
+    finally:
+        let_go()
+    return reason
 
 
 def parse_key(spec: str) -> bytes:

@@ -429,3 +429,40 @@ async def test_client_sigkilled_while_replaying_loses_no_byte(
     kept = (await ms(ms_dirs, "peek", "s")).stdout
     assert kept == want, first_difference(kept, want)
     assert want.startswith(bytes(t1.raw))
+
+
+async def test_a_stalled_terminal_holds_up_neither_the_program_nor_the_keys(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """The window stops reading (its emulator is busy). The client still
+    reads the session's PTY, up to its bound (256 KiB): a program writing
+    150,000 bytes finishes (it used to block after about 50 KiB, the client
+    blocked in its write to the window); what the person types still reaches
+    the program, and the detach key is seen. Once the window reads again it
+    gets all of it, once, in order, then the status line; and what the
+    client hands back on release is exactly what the window was shown."""
+    go, wrote, typed = ms_dirs.root / "go", ms_dirs.root / "wrote", ms_dirs.root / "typed"
+    os.mkfifo(go)
+    program = (
+        f"read x < {go}; head -c 150000 /dev/zero | tr '\\0' x; echo; touch {wrote};"
+        f' read line; echo "$line" > {typed}; sleep 1000'
+    )
+    await ms(ms_dirs, "new", "-d", "-n", "s", "--", "sh", "-c", program)
+    t = open_terminal([MULTISERVER, "attach", "s"], name="stalled window", reading=False)
+    await t.wait_raw_mode()
+    await wait_session(ms_dirs, "s", lambda s: s and s.held, "held")
+    await write_fifo(go)
+    await wait_until(wrote.exists, 15.0, "the program to write it all to a window reading nothing")
+    assert t.pending() > 0
+    t.type("hello\r")
+    await wait_until(
+        lambda: typed.exists() and typed.read_text() == "hello\n", 15.0, "the typed line"
+    )
+    t.type(DETACH)
+    t.start_reading()
+    await t.wait_bytes(b"[detached from s]")
+    await wait_session(ms_dirs, "s", lambda s: s and not s.held, "released")
+    program_output = b"x" * 150000 + b"\r\nhello\r\n"
+    assert bytes(t.raw).startswith(program_output + b"\x1b7")  # then the reset
+    kept = (await ms(ms_dirs, "peek", "s")).stdout
+    assert kept == program_output, first_difference(kept, program_output)

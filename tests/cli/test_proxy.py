@@ -1,5 +1,5 @@
 """The terminal side of ``_proxy`` where the command cannot be made to go:
-an attach that fails half-way.
+an attach that fails half-way, and the terminal's shared file flags.
 
 Everything else about the copy loop is tested by driving ``multiserver
 attach`` in a window (``test_attach_terminal.py``, ``test_attach_tmux.py``).
@@ -13,7 +13,7 @@ import termios
 import pytest
 
 from multiserver._buffer import OutputBuffer
-from multiserver_cli._proxy import attached_terminal
+from multiserver_cli._proxy import _terminal_output, attached_terminal
 
 
 def _read_all(fd: int) -> bytes:
@@ -59,3 +59,21 @@ def test_no_reset_is_written_where_the_output_is_no_terminal() -> None:
     finally:
         for fd in (master, slave, r):
             os.close(fd)
+
+
+def test_the_terminal_is_written_without_touching_the_shells_file_flags() -> None:
+    """O_NONBLOCK lives on the open file description, which the shell that
+    started the client shares: the copy loop opens the terminal again."""
+    master, slave = os.openpty()
+    try:
+        out, let_go = _terminal_output(slave)
+        assert out != slave
+        assert not os.get_blocking(out)
+        assert os.get_blocking(slave)
+        assert os.fstat(out).st_rdev == os.fstat(slave).st_rdev
+        let_go()
+        with pytest.raises(OSError):
+            os.fstat(out)
+    finally:
+        os.close(master)
+        os.close(slave)
