@@ -1,9 +1,10 @@
 """``multiserver attach``: hold a session's PTY and be its terminal.
 
 Sequence: claim (taking it over from any other client) -> replay the output
-buffered while detached -> size the PTY to this terminal and make full-screen
-programs redraw -> proxy in raw mode until detach, exit, takeover or the
-terminal going away -> restore the terminal -> release (or collect).
+buffered while detached, without its queries -> size the PTY to this terminal
+and make full-screen programs redraw -> proxy in raw mode until detach, exit,
+takeover or the terminal going away -> reset the terminal (alternate screen,
+cursor, keys, mouse...) and restore its modes -> release (or collect).
 """
 
 from __future__ import annotations
@@ -134,7 +135,6 @@ def run_attached(
     # attach replays the screen left behind (a shell's too, not only
     # full-screen programs, which redraw).
     shown = OutputBuffer(SCREEN_KEEP)
-    shown.append(replay)
     ctl_r, ctl_w = os.pipe()
     done_r, done_w = os.pipe()
     sig_r, sig_w = os.pipe()
@@ -142,15 +142,18 @@ def run_attached(
     outcome = _Outcome()
     copier: threading.Thread | None = None
     try:
-        with _proxy.raw_terminal(stdin), _signals_to(sig_w):
-            if replay:
-                _proxy.write_all(stdout, replay)
+        # Raw mode; on every way out, the terminal reset (alternate screen
+        # left, cursor shown...) before the status line.
+        with _proxy.attached_terminal(stdin, stdout, shown) as screen, _signals_to(sig_w):
+            # The replay without its queries; the filter drops the terminal's
+            # answers to what was missed.
+            answers = screen.replay(replay, answers_to=stdin)
             _redraw(client, child, master, terminal_size(stdin), redraw)
             client.deadline = None  # attached: no bound, but the person's
 
             def copy() -> None:
                 try:
-                    outcome.reason = _proxy.proxy(master, stdin, stdout, ctl_r, detach_key, shown)
+                    outcome.reason = _proxy.proxy(master, stdin, screen, ctl_r, detach_key, answers)
                 finally:
                     os.write(done_w, b"x")
 
@@ -160,7 +163,7 @@ def run_attached(
             copier.join()
             copier = None
             if outcome.exit_code is not None:
-                _drain_rest(master, stdout)
+                screen.drain_rest(master)
     finally:
         if copier is not None:  # an error in this thread: stop the copy loop first
             os.write(ctl_w, b"x")
@@ -176,10 +179,10 @@ def run_attached(
         close_exited(client, child)
         say(f"[{name} {describe_exit(code)}]", _ends_line(shown))
         return exit_status(code)
-    screen = shown.peek()[0]
-    client.release([child.id], replace_output=screen)
+    kept = shown.peek()[0]
+    client.release([child.id], replace_output=kept)
     # So that ls counts as WAITING only what comes after this screen.
-    _shown.record(client.instance_id, child.id, len(screen))
+    _shown.record(client.instance_id, child.id, len(kept))
     if outcome.signal is not None:
         return 128 + outcome.signal
     if outcome.reason == _proxy.TERMINAL_GONE:
@@ -243,19 +246,6 @@ def _watch(
                     break
 
 
-def _drain_rest(master: int, stdout: int) -> None:
-    """Output the program wrote before it exited and we have not shown."""
-    os.set_blocking(master, False)
-    while True:
-        try:
-            data = os.read(master, _proxy.READ_SIZE)
-        except OSError:
-            return
-        if not data:
-            return
-        _proxy.write_all(stdout, data)
-
-
 def attach_exited(
     client: SyncClient,
     child: ChildInfo,
@@ -264,8 +254,8 @@ def attach_exited(
     close_exited: CloseExited,
 ) -> int:
     """The session had already exited: show what it wrote, close it."""
-    if replay:
-        _proxy.write_all(sys.stdout.fileno(), replay)
+    # In raw mode as a live replay, its queries removed, the terminal reset.
+    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
     close_exited(client, child)
     say(f"[{child.name} {describe_exit(code)}]", not replay or replay.endswith(b"\n"))

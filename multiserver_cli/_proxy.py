@@ -1,11 +1,20 @@
 """The attached data path: the user's terminal <-> the session's PTY master.
 
 No proxy process sits in between: this client holds the master itself. The
-loop is plain blocking ``poll`` + ``read``/``write`` in one worker thread (no
-event loop per chunk), which is what keeps it close to a raw PTY's speed. The
-trio side stops it by writing to the ``ctl`` pipe; the loop never reads the
-master after it has seen ``ctl``, so the session can be released without a
-byte read twice or lost.
+loop is plain ``poll`` + ``read``/``write`` in one thread (no event loop per
+chunk), which is what keeps it close to a raw PTY's speed. Nothing in it
+blocks but ``poll``: output read from the PTY waits in a bounded buffer
+while the terminal is slow (the terminal is written through a non-blocking
+file description of its own), input waits likewise while the program is
+not reading it, so the detach key, the ``ctl`` pipe and the other direction
+keep working. The trio side stops it by writing to ``ctl``; the loop never
+reads the master after it has seen ``ctl``, so the session can be released
+without a byte read twice or lost.
+
+``Screen`` is the terminal as this client writes to it: everything shown
+(``shown``, handed back on release) and what it left on (for the reset that
+``attached_terminal`` writes on every way out). What to write and what to
+let through is decided by the pure ``_terminal`` module.
 """
 
 from __future__ import annotations
@@ -15,15 +24,32 @@ import errno
 import os
 import select
 import termios
+import time
 import tty
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import attrs
 
 from multiserver._buffer import OutputBuffer
+from multiserver_cli._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
 
 READ_SIZE = 65536
-# Bounded small: what was read but not yet written is lost if the client is
-# SIGKILLed while the terminal is slow.
+# What one pass reads from the PTY before writing it on: a PTY hands out
+# about 4 KiB a read, and one large write to the terminal costs far less
+# than many small ones.
 BATCH = 16 * 1024
+# Output read from the PTY and not yet written to the terminal. The PTY is
+# not read past it, so a slow terminal slows the program down as a plain
+# terminal would, after this much. Kept moderate: it is what the terminal
+# still shows after Ctrl-C, and what is lost if the client is SIGKILLed.
+PENDING_LIMIT = 256 * 1024
+# Input read from the terminal and not yet taken by the program; past it
+# the terminal is not read (the detach key then waits too, ``ctl`` does not).
+INPUT_LIMIT = 64 * 1024
+# How long answers to a replay are waited for when the terminal does not
+# answer the sentinel (see ``_terminal``). The terminals met answer it in
+# milliseconds, over ssh in a round trip.
+ANSWER_WAIT = 1.0
 
 # Why the loop ended.
 DETACH = "detach"
@@ -32,7 +58,7 @@ TERMINAL_GONE = "terminal-gone"
 STOPPED = "stopped"  # told to stop through the ctl pipe
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """Write everything, waiting for room if the fd is non-blocking."""
     view = memoryview(data)
     while view:
@@ -49,9 +75,8 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 
 def _read_batch(fd: int) -> tuple[bytes, bool]:
-    """Everything readable now, up to BATCH bytes: a PTY hands out about
-    4 KiB a read, and one large write to the terminal costs far less than
-    many small ones. Returns (data, the PTY's other side is closed)."""
+    """Everything readable now, up to about BATCH bytes (a read more, at
+    most). Returns (data, the PTY's other side is closed)."""
     chunks: list[bytes] = []
     size = 0
     while size < BATCH:
@@ -59,6 +84,8 @@ def _read_batch(fd: int) -> tuple[bytes, bool]:
             data = os.read(fd, READ_SIZE)
         except BlockingIOError:
             break
+        except InterruptedError:
+            continue
         except OSError as exc:
             if exc.errno == errno.EIO:
                 return b"".join(chunks), True
@@ -70,54 +97,280 @@ def _read_batch(fd: int) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
+@attrs.define
+class Screen:
+    """The user's terminal as this client writes to it (blocking writes on
+    ``fd``, outside the copy loop). Everything shown is recorded: in
+    ``shown`` (exact: the program's bytes as the terminal got them, its
+    queries removed from a replay, nothing of this client's own) and in
+    ``modes``."""
+
+    fd: int
+    shown: OutputBuffer
+    modes: ScreenModes = attrs.Factory(ScreenModes)
+
+    def record(self, data: bytes) -> None:
+        self.shown.append(data)
+        self.modes.feed(data)
+
+    def replay(self, replay: bytes, *, answers_to: int | None) -> AnswerFilter | None:
+        """Write ``replay`` without the queries in it. If ``answers_to`` (the
+        fd the terminal's input is read from) is given, also ask the
+        sentinel, and return the filter for that input (None when nothing
+        was asked: an empty replay, or output to another device)."""
+        body, tail = guard_replay(replay)
+        ask = answers_to is not None and bool(body) and _same_terminal(answers_to, self.fd)
+        write_all(self.fd, body + (SENTINEL if ask else b"") + tail)
+        self.record(body + tail)
+        return AnswerFilter(deadline=time.monotonic() + ANSWER_WAIT) if ask else None
+
+    def drain_rest(self, master: int) -> None:
+        """Show what the program wrote before it exited that was not shown."""
+        os.set_blocking(master, False)
+        while True:
+            try:
+                data = os.read(master, READ_SIZE)
+            except OSError:
+                return
+            if not data:
+                return
+            write_all(self.fd, data)
+            self.record(data)
+
+    def reset(self) -> None:
+        """Give the terminal back as it was before attaching (modes, not
+        contents); nothing if the output is not a terminal or is gone."""
+        if os.isatty(self.fd):
+            with contextlib.suppress(OSError):
+                write_all(self.fd, self.modes.reset())
+
+
+def _same_terminal(a: int, b: int) -> bool:
+    try:
+        return os.isatty(a) and os.isatty(b) and os.fstat(a).st_rdev == os.fstat(b).st_rdev
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def attached_terminal(stdin: int, stdout: int, shown: OutputBuffer) -> Iterator[Screen]:
+    """Raw mode for the attached session. On the way out, whatever happens
+    (short of SIGKILL), the terminal is reset (``Screen.reset``) and its
+    saved modes come back."""
+    screen = Screen(stdout, shown)
+    with raw_terminal(stdin):
+        try:
+            yield screen
+        finally:
+            screen.reset()
+
+
+def show_exited(stdin: int, stdout: int, replay: bytes) -> None:
+    """An exited session's output, shown as a live session's replay is: in
+    raw mode (the bytes as the program's terminal had them), its queries
+    removed (their answers would go to the shell), the terminal reset after.
+    No sentinel: nobody reads the terminal's answer."""
+    if not os.isatty(stdin):
+        Screen(stdout, OutputBuffer(0)).replay(replay, answers_to=None)
+        return
+    with attached_terminal(stdin, stdout, OutputBuffer(0)) as screen:
+        screen.replay(replay, answers_to=None)
+
+
+def _terminal_output(fd: int) -> tuple[int, Callable[[], None]]:
+    """A non-blocking fd writing where ``fd`` writes, and how to let it go.
+
+    A terminal is opened again, for a file description of its own: the
+    non-blocking flag lives on the description, and ``fd``'s is shared with
+    the shell that started us (and with our stdin). Where the terminal
+    cannot be opened again (``su``: not our device), or ``fd`` is no
+    terminal, the shared flag is set and put back after."""
+    if os.isatty(fd):
+        with contextlib.suppress(OSError):
+            own = os.open(os.ttyname(fd), os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+            if os.fstat(own).st_rdev == os.fstat(fd).st_rdev:
+                return own, lambda: os.close(own)
+            os.close(own)
+    was_blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    return fd, lambda: os.set_blocking(fd, was_blocking)
+
+
+@attrs.define
+class _Copy:
+    """One attachment's copy loop; see ``proxy``."""
+
+    master: int
+    stdin: int
+    out: int  # the terminal, non-blocking
+    ctl: int
+    detach_key: bytes | None
+    screen: Screen
+    answers: AnswerFilter | None
+    _to_terminal: bytearray = attrs.Factory(bytearray)
+    _to_program: bytearray = attrs.Factory(bytearray)
+    _poller: select.poll = attrs.Factory(select.poll)
+    _masks: dict[int, int] = attrs.Factory(dict)
+    _watching: tuple[int, int, int] = (-1, -1, -1)
+
+    def run(self) -> str:
+        while True:
+            self._watch()
+            try:
+                events = self._poller.poll(self._timeout_ms())
+            except InterruptedError:
+                continue
+            if self._timeout_ms() == 0:  # the answer window's time is up
+                assert self.answers is not None
+                self._to_program += self.answers.expire()
+            ready = dict(events)
+            if self.ctl in ready:
+                return STOPPED
+            if self.out in ready and not self._write_terminal():
+                return TERMINAL_GONE
+            if self.master in ready:
+                if ready[self.master] & select.POLLOUT:
+                    self._write_program()
+                if ready[self.master] & ~select.POLLOUT and self._read_program():
+                    return EOF
+            if self.stdin in ready:
+                reason = self._read_terminal(ready[self.stdin])
+                if reason is not None:
+                    return reason
+
+    def _watch(self) -> None:
+        """Poll for what can be done: read the PTY while its output has room
+        for a whole batch, read the terminal while its input has room, write
+        what waits."""
+        room = len(self._to_terminal) + BATCH <= PENDING_LIMIT
+        # A PTY not read is not polled at all (its input waits meanwhile):
+        # closed, it reports POLLHUP whatever is asked, and would spin the loop.
+        master = select.POLLIN | (select.POLLOUT if self._to_program else 0) if room else 0
+        stdin = select.POLLIN if len(self._to_program) < INPUT_LIMIT else 0
+        out = select.POLLOUT if self._to_terminal else 0
+        if (master, stdin, out) == self._watching:
+            return
+        self._watching = (master, stdin, out)
+        masks = {self.ctl: select.POLLIN, self.master: master, self.stdin: stdin, self.out: 0}
+        masks[self.out] |= out  # out may be stdin's fd (a shared description)
+        for fd, mask in masks.items():
+            if self._masks.get(fd, 0) == mask:
+                continue
+            if mask == 0:
+                self._poller.unregister(fd)
+                del self._masks[fd]
+            elif fd in self._masks:
+                self._poller.modify(fd, mask)
+                self._masks[fd] = mask
+            else:
+                self._poller.register(fd, mask)
+                self._masks[fd] = mask
+
+    def _timeout_ms(self) -> int | None:
+        if self.answers is None or self.answers.phase != "window":
+            return None
+        left = self.answers.deadline - time.monotonic()
+        return 0 if left <= 0 else int(left * 1000) + 1
+
+    def _read_program(self) -> bool:
+        """Read the PTY; True at its end."""
+        data, ended = _read_batch(self.master)
+        if data:
+            self.screen.record(data)
+            behind = bool(self._to_terminal)
+            self._to_terminal += data
+            if not behind:
+                # At once, not after another poll: the terminal usually keeps
+                # up. Behind, it is written when poll says it has room (it
+                # then takes a whole buffer's worth, not a sliver).
+                self._write_terminal()
+        return ended
+
+    def _write_terminal(self) -> bool:
+        """Write what waits for the terminal, as much as it takes now; False
+        if it is gone."""
+        if not self._to_terminal:
+            return True
+        try:
+            n = os.write(self.out, self._to_terminal)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        del self._to_terminal[:n]
+        return True
+
+    def _write_program(self) -> None:
+        if not self._to_program:
+            return
+        try:
+            n = os.write(self.master, self._to_program)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            # The program is gone: its EOF ends the loop.
+            self._to_program.clear()
+            return
+        del self._to_program[:n]
+
+    def _read_terminal(self, mask: int) -> str | None:
+        if mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL) and not mask & select.POLLIN:
+            return TERMINAL_GONE
+        try:
+            data = os.read(self.stdin, READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            return TERMINAL_GONE
+        if not data:
+            return TERMINAL_GONE
+        at = data.find(self.detach_key) if self.detach_key is not None else -1
+        if at >= 0:
+            data = data[:at]
+        if self.answers is not None:
+            data = self.answers.feed(data)
+            if at >= 0:
+                data += self.answers.close()
+        self._to_program += data
+        self._write_program()
+        return DETACH if at >= 0 else None
+
+    def finish(self, reason: str) -> None:
+        """On the way out: the terminal gets the output read for it (unless
+        it is gone), the program what of its input fits now."""
+        if self.answers is not None:
+            self._to_program += self.answers.close()
+        self._write_program()
+        if reason != TERMINAL_GONE and self._to_terminal:
+            with contextlib.suppress(OSError):
+                write_all(self.out, self._to_terminal)
+        self._to_terminal.clear()
+
+
 def proxy(
-    master: int, stdin: int, stdout: int, ctl: int, detach_key: bytes | None, shown: OutputBuffer
+    master: int,
+    stdin: int,
+    screen: Screen,
+    ctl: int,
+    detach_key: bytes | None,
+    answers: AnswerFilter | None = None,
 ) -> str:
-    """Copy master -> stdout and stdin -> master until detach, EOF or ``ctl``.
-    ``shown`` keeps the newest of what was written to the terminal.
+    """Copy master -> terminal and terminal -> master until detach, EOF or
+    ``ctl``. What is read from the master is recorded in ``screen`` as it is
+    read; on return it has all been written to the terminal (unless that is
+    gone). ``answers``: the filter for the terminal's answers to a replay.
 
     Returns one of DETACH, EOF, TERMINAL_GONE, STOPPED.
     """
     os.set_blocking(master, False)  # the flag is shared with the daemon
-    poller = select.poll()
-    poller.register(master, select.POLLIN)
-    poller.register(stdin, select.POLLIN)
-    poller.register(ctl, select.POLLIN)
-    while True:
-        try:
-            events = poller.poll()
-        except InterruptedError:
-            continue
-        for fd, mask in events:
-            if fd == ctl:
-                return STOPPED
-            if fd == master:
-                data, ended = _read_batch(master)
-                if data:
-                    write_all(stdout, data)
-                    shown.append(data)
-                if ended:
-                    return EOF
-            elif fd == stdin:
-                if (
-                    mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
-                    and not mask & select.POLLIN
-                ):
-                    return TERMINAL_GONE
-                try:
-                    data = os.read(stdin, READ_SIZE)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return TERMINAL_GONE
-                if not data:
-                    return TERMINAL_GONE
-                if detach_key is not None:
-                    at = data.find(detach_key)
-                    if at >= 0:
-                        write_all(master, data[:at])
-                        return DETACH
-                write_all(master, data)
+    out, let_go = _terminal_output(screen.fd)
+    try:
+        copy = _Copy(master, stdin, out, ctl, detach_key, screen, answers)
+        reason = copy.run()
+        copy.finish(reason)
+    finally:
+        let_go()
+    return reason
 
 
 def parse_key(spec: str) -> bytes:

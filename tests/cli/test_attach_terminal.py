@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from multiserver_cli._terminal import SENTINEL
 from tests.cli.conftest import (
     INNER_PROMPT,
     INNER_SH,
@@ -280,6 +281,33 @@ async def test_attaching_to_an_exited_session_shows_its_output_and_collects_it(
     assert await listed(ms_dirs) == {}
 
 
+async def test_an_exited_sessions_output_is_shown_as_a_live_replay_is(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """A program that turned ONLCR off writes bare newlines, which move down
+    a row and keep the column, as on its own terminal. A live session's
+    replay is written in raw mode and shows that; an exited session's was
+    written in cooked mode, where the terminal added a CR to each newline."""
+    program = 'stty -onlcr; printf "ab\\ncd\\n"; '
+    await ms(ms_dirs, "new", "-d", "-n", "live", "--", "sh", "-c", program + "sleep 1000")
+    await ms(ms_dirs, "new", "-d", "-n", "done", "--", "sh", "-c", program + "exit 7")
+    await wait_session(ms_dirs, "done", lambda s: s and s.state == "exited", "exited")
+    await wait_buffered(ms_dirs, "live", b"cd\n")
+    t = open_terminal()
+    await t.wait_prompt()
+    t.line("multiserver attach live")
+    await t.wait_screen(re.compile(r"^ *cd$", re.M))
+    t.type(DETACH)
+    await t.wait_screen("[detached from live]")
+    await t.wait_prompt(count=2)
+    t.line("multiserver attach done")
+    screen = await t.wait_screen("[done exited with code 7]")
+    live = after_last(screen, "multiserver attach live").split("\n")[:2]
+    done = after_last(screen, "multiserver attach done").split("\n")[:2]
+    assert live == ["ab", "  cd"]
+    assert done == live
+
+
 async def test_detach_key_can_be_changed_or_disabled(ms_dirs: MsDirs, open_terminal) -> None:
     """With `-e ^A`, ^\\ reaches the program and ^A detaches; with `-E`
     neither detaches (the program sees both)."""
@@ -369,7 +397,8 @@ async def test_client_sigkilled_mid_stream_loses_no_byte(ms_dirs: MsDirs, open_t
 
     t2 = open_terminal([MULTISERVER, "attach", "s"], name="second window")
     await t2.wait_bytes(b"n%d\r\n" % (2 * N_HALF))
-    got = shown_first + bytes(t2.raw)
+    # The replay is followed by the client's own question (the sentinel).
+    got = shown_first + bytes(t2.raw).replace(SENTINEL, b"", 1)
     assert got == stream(1, 2 * N_HALF), first_difference(got, stream(1, 2 * N_HALF))
     assert (await listed(ms_dirs))["s"].dropped_bytes == 0
 
@@ -401,3 +430,40 @@ async def test_client_sigkilled_while_replaying_loses_no_byte(
     kept = (await ms(ms_dirs, "peek", "s")).stdout
     assert kept == want, first_difference(kept, want)
     assert want.startswith(bytes(t1.raw))
+
+
+async def test_a_stalled_terminal_holds_up_neither_the_program_nor_the_keys(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """The window stops reading (its emulator is busy). The client still
+    reads the session's PTY, up to its bound (256 KiB): a program writing
+    150,000 bytes finishes (it used to block after about 50 KiB, the client
+    blocked in its write to the window); what the person types still reaches
+    the program, and the detach key is seen. Once the window reads again it
+    gets all of it, once, in order, then the status line; and what the
+    client hands back on release is exactly what the window was shown."""
+    go, wrote, typed = ms_dirs.root / "go", ms_dirs.root / "wrote", ms_dirs.root / "typed"
+    os.mkfifo(go)
+    program = (
+        f"read x < {go}; head -c 150000 /dev/zero | tr '\\0' x; echo; touch {wrote};"
+        f' read line; echo "$line" > {typed}; sleep 1000'
+    )
+    await ms(ms_dirs, "new", "-d", "-n", "s", "--", "sh", "-c", program)
+    t = open_terminal([MULTISERVER, "attach", "s"], name="stalled window", reading=False)
+    await t.wait_raw_mode()
+    await wait_session(ms_dirs, "s", lambda s: s and s.held, "held")
+    await write_fifo(go)
+    await wait_until(wrote.exists, 15.0, "the program to write it all to a window reading nothing")
+    assert t.pending() > 0
+    t.type("hello\r")
+    await wait_until(
+        lambda: typed.exists() and typed.read_text() == "hello\n", 15.0, "the typed line"
+    )
+    t.type(DETACH)
+    t.start_reading()
+    await t.wait_bytes(b"[detached from s]")
+    await wait_session(ms_dirs, "s", lambda s: s and not s.held, "released")
+    program_output = b"x" * 150000 + b"\r\nhello\r\n"
+    assert bytes(t.raw).startswith(program_output + b"\x1b7")  # then the reset
+    kept = (await ms(ms_dirs, "peek", "s")).stdout
+    assert kept == program_output, first_difference(kept, program_output)
