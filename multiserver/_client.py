@@ -17,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import trio
 
+from multiserver import _calls as calls
+from multiserver._calls import Call, More
 from multiserver._codec import Codec, Event, Unrepresentable, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._errors import (
@@ -36,28 +38,11 @@ from multiserver._errors import (
     RequestFailed,
 )
 from multiserver._messages import (
-    ChildError,
     ChildExited,
     ChildInfo,
-    Children,
     ChildTaken,
-    Claim,
-    Claimed,
-    Collect,
-    Collected,
     Error,
-    Launch,
-    Launched,
-    ListChildren,
     Message,
-    Ok,
-    Peek,
-    Peeked,
-    Release,
-    Released,
-    Resize,
-    Shutdown,
-    Signal,
     Welcome,
 )
 from multiserver._paths import DaemonPaths
@@ -66,13 +51,13 @@ from multiserver._results import (
     LaunchResult,
     PeekResult,
     WelcomeReader,
-    claim_results,
     hello,
 )
 from multiserver._start import connect, connect_or_start
 from multiserver._wire import FramedSocket
 
 Notice = ChildExited | ChildTaken
+T = TypeVar("T")
 NOTICE_QUEUE = 10_000
 
 
@@ -192,11 +177,19 @@ class Client:
             raise RequestFailed(event.message.errno, event.message.message)
         return event
 
-    async def _call(self, build: Callable[[int], Message]) -> Event:
-        """Send the request ``build(req)`` and return its one reply."""
+    async def _run(self, call: Call[T]) -> T:
+        """Send ``call``'s request; feed it the reply frames until its
+        result. Cancellation: what the call collected (fds) is closed."""
         with self._request() as (req, waiter):
-            await self._send(build(req))
-            return await self._next(waiter)
+            try:
+                await self._send(call.message(req))
+                while True:
+                    out = call.feed(await self._next(waiter))
+                    if not isinstance(out, More):
+                        return out
+            except BaseException:
+                call.abandon()
+                raise
 
     # --- requests -------------------------------------------------------------
 
@@ -223,12 +216,11 @@ class Client:
         Cancellation: the child may have started; if so it is held by this
         connection (released when it closes) and its fd is closed.
         """
-        event = await self._call(
-            lambda req: Launch(
-                req=req,
-                argv=list(argv),
-                env=dict(os.environ) if env is None else env,
-                cwd=os.getcwd() if cwd is None else cwd,
+        return await self._run(
+            calls.launch(
+                argv,
+                env=env,
+                cwd=cwd,
                 rows=rows,
                 cols=cols,
                 name=name,
@@ -236,8 +228,6 @@ class Client:
                 hold=hold,
             )
         )
-        assert isinstance(event.message, Launched)
-        return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
 
     async def claim(
         self, ids: Sequence[int], *, steal: bool = False, keep_output: bool = False
@@ -252,17 +242,7 @@ class Client:
         Cancellation: some children may be claimed (held by this connection
         until released or closed); their fds are closed.
         """
-        results: list[ClaimResult] = []
-        with self._request() as (req, waiter):
-            await self._send(Claim(req=req, ids=list(ids), steal=steal, keep_output=keep_output))
-            while True:
-                event = await self._next(waiter)
-                msg = event.message
-                assert isinstance(msg, Claimed)
-                results += claim_results(msg, event.fds)
-                if msg.last:
-                    break
-        return results
+        return await self._run(calls.claim(ids, steal=steal, keep_output=keep_output))
 
     async def release(
         self, ids: Sequence[int], *, replace_output: bytes | None = None
@@ -279,76 +259,44 @@ class Client:
 
         Cancellation: some children may be released.
         """
-        failures: list[ChildFailed] = []
-        with self._request() as (req, waiter):
-            await self._send(
-                Release(
-                    req=req,
-                    ids=list(ids),
-                    replace_output=replace_output is not None,
-                    output=replace_output or b"",
-                )
-            )
-            while True:
-                event = await self._next(waiter)
-                msg = event.message
-                if isinstance(msg, ChildError):
-                    failures.append(ChildFailed(msg.id, msg.errno, msg.message))
-                    continue
-                assert isinstance(msg, Released)
-                return list(msg.ids), failures
+        return await self._run(calls.release(ids, replace_output=replace_output))
 
     async def signal(self, child_id: int, signum: int) -> None:
         """Send ``signum`` to the child's process group.
 
         Cancellation: the signal may have been sent."""
-        event = await self._call(lambda req: Signal(req=req, id=child_id, signum=signum))
-        assert isinstance(event.message, Ok)
+        await self._run(calls.signal(child_id, signum))
 
     async def collect(self, child_id: int) -> ChildInfo:
         """Take an exited child's status; the daemon forgets the child.
         Raises RequestFailed(EBUSY) while it runs.
 
         Cancellation: the child may have been collected."""
-        event = await self._call(lambda req: Collect(req=req, id=child_id))
-        assert isinstance(event.message, Collected)
-        return event.message.child
+        return await self._run(calls.collect(child_id))
 
     async def list(self, *, foreground: bool = False) -> list[ChildInfo]:
         """Every child of the daemon; ``foreground`` adds the foreground
         process's pid, cwd and argv where the OS tells them.
 
         Cancellation: nothing happened."""
-        children: list[ChildInfo] = []
-        with self._request() as (req, waiter):
-            await self._send(ListChildren(req=req, foreground=foreground))
-            while True:  # one page, or (version 4) pages until the last
-                event = await self._next(waiter)
-                assert isinstance(event.message, Children)
-                children += event.message.children
-                if event.message.last:
-                    return children
+        return await self._run(calls.listing(foreground=foreground))
 
     async def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
         """The output the daemon holds for a child, without claiming it.
 
         Cancellation: nothing happened."""
-        event = await self._call(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes))
-        assert isinstance(event.message, Peeked)
-        return PeekResult(event.message.child, event.message.output, event.message.dropped)
+        return await self._run(calls.peek(child_id, max_bytes))
 
     async def resize(self, child_id: int, rows: int, cols: int) -> None:
         """Cancellation: the size may have been set."""
-        event = await self._call(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols))
-        assert isinstance(event.message, Ok)
+        await self._run(calls.resize(child_id, rows, cols))
 
     async def shutdown(self, *, force: bool = False) -> None:
         """Stop the daemon; refused (EBUSY) while children run unless
         ``force``, which ends them (SIGHUP, then SIGKILL).
 
         Cancellation: the daemon may be stopping."""
-        event = await self._call(lambda req: Shutdown(req=req, force=force))
-        assert isinstance(event.message, Ok)
+        await self._run(calls.shutdown(force))
 
     def close(self) -> None:
         """Close the connection: the daemon releases every child it held."""

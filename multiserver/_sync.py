@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 import select
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
+from multiserver import _calls as calls
+from multiserver._calls import Call, More
 from multiserver._codec import NEED_DATA, Codec, Event, ProtocolError, Unrepresentable, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._errors import (
@@ -35,28 +37,13 @@ from multiserver._errors import (
     RequestFailed,
 )
 from multiserver._messages import (
-    ChildError,
     ChildExited,
     ChildInfo,
     Children,
     ChildTaken,
-    Claim,
     Claimed,
-    Collect,
-    Collected,
     Error,
-    Launch,
-    Launched,
-    ListChildren,
     Message,
-    Ok,
-    Peek,
-    Peeked,
-    Release,
-    Released,
-    Resize,
-    Shutdown,
-    Signal,
     Welcome,
 )
 from multiserver._paths import DaemonPaths
@@ -65,13 +52,13 @@ from multiserver._results import (
     LaunchResult,
     PeekResult,
     WelcomeReader,
-    claim_results,
     hello,
 )
 from multiserver._sockio import receive_chunk, rights, send_some
 from multiserver._spawn import TimedOut, connect_blocking, connect_or_start_blocking, remaining
 
 Notice = ChildExited | ChildTaken
+T = TypeVar("T")
 
 
 class _Channel:
@@ -180,13 +167,22 @@ class SyncClient:
             return None
         return event
 
-    def _call(self, build: Callable[[int], Message]) -> int:
+    def _run(self, call: Call[T]) -> T:
+        """Send ``call``'s request; feed it the reply frames until its
+        result. On an error, what the call collected (fds) is closed."""
         req = next(self._reqs)
         try:
-            self._channel.send(build(req))
+            self._channel.send(call.message(req))
         except Unrepresentable:  # nothing was sent: the connection is fine
             raise DaemonTooOld.speaking(self.welcome.version) from None
-        return req
+        try:
+            while True:
+                out = call.feed(self._reply(req))
+                if not isinstance(out, More):
+                    return out
+        except BaseException:
+            call.abandon()
+            raise
 
     def _reply(self, req: int) -> Event:
         """The next frame of the answer to ``req``. Raises RequestFailed for
@@ -216,7 +212,7 @@ class SyncClient:
             if self._route(event) is not None:
                 close_fds(event.fds)
 
-    # --- requests -------------------------------------------------------------
+    # --- requests (as ``Client``'s, blocking) ---------------------------------
 
     def launch(
         self,
@@ -230,104 +226,45 @@ class SyncClient:
         linger: float | None = None,
         hold: bool = True,
     ) -> LaunchResult:
-        """As ``Client.launch``."""
-        req = self._call(
-            lambda req: Launch(
-                req=req,
-                argv=list(argv),
-                env=dict(os.environ) if env is None else env,
-                cwd=os.getcwd() if cwd is None else cwd,
-                rows=rows,
-                cols=cols,
-                name=name,
-                linger=linger,
-                hold=hold,
-            )
+        call = calls.launch(
+            argv, env=env, cwd=cwd, rows=rows, cols=cols, name=name, linger=linger, hold=hold
         )
-        event = self._reply(req)
-        assert isinstance(event.message, Launched)
-        return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
+        return self._run(call)
 
     def claim(
         self, ids: Sequence[int], *, steal: bool = False, keep_output: bool = False
     ) -> list[ClaimResult]:
-        """As ``Client.claim``."""
-        req = self._call(
-            lambda req: Claim(req=req, ids=list(ids), steal=steal, keep_output=keep_output)
-        )
-        results: list[ClaimResult] = []
-        try:
-            while True:
-                event = self._reply(req)
-                msg = event.message
-                assert isinstance(msg, Claimed)
-                results += claim_results(msg, event.fds)
-                if msg.last:
-                    return results
-        except BaseException:
-            close_fds([r.master for r in results if r.master is not None])
-            raise
+        return self._run(calls.claim(ids, steal=steal, keep_output=keep_output))
 
     def release(
         self, ids: Sequence[int], *, replace_output: bytes | None = None
     ) -> tuple[list[int], list[ChildFailed]]:
-        """As ``Client.release``."""
-        req = self._call(
-            lambda req: Release(
-                req=req,
-                ids=list(ids),
-                replace_output=replace_output is not None,
-                output=replace_output or b"",
-            )
-        )
-        failures: list[ChildFailed] = []
-        while True:
-            msg = self._reply(req).message
-            if isinstance(msg, ChildError):
-                failures.append(ChildFailed(msg.id, msg.errno, msg.message))
-                continue
-            assert isinstance(msg, Released)
-            return list(msg.ids), failures
+        return self._run(calls.release(ids, replace_output=replace_output))
 
     def signal(self, child_id: int, signum: int) -> None:
-        req = self._call(lambda req: Signal(req=req, id=child_id, signum=signum))
-        assert isinstance(self._reply(req).message, Ok)
+        self._run(calls.signal(child_id, signum))
 
     def collect(self, child_id: int) -> ChildInfo:
-        req = self._call(lambda req: Collect(req=req, id=child_id))
-        msg = self._reply(req).message
-        assert isinstance(msg, Collected)
-        return msg.child
+        return self._run(calls.collect(child_id))
 
     def list(self, *, foreground: bool = False) -> list[ChildInfo]:
-        req = self._call(lambda req: ListChildren(req=req, foreground=foreground))
-        children: list[ChildInfo] = []
-        while True:
-            msg = self._reply(req).message
-            assert isinstance(msg, Children)
-            children += msg.children
-            if msg.last:
-                return children
+        return self._run(calls.listing(foreground=foreground))
 
     def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
-        req = self._call(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes))
-        msg = self._reply(req).message
-        assert isinstance(msg, Peeked)
-        return PeekResult(msg.child, msg.output, msg.dropped)
+        return self._run(calls.peek(child_id, max_bytes))
 
     def resize(self, child_id: int, rows: int, cols: int) -> None:
-        req = self._call(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols))
-        assert isinstance(self._reply(req).message, Ok)
+        self._run(calls.resize(child_id, rows, cols))
 
     def send_resize(self, child_id: int, rows: int, cols: int) -> None:
         """Resize without waiting for the answer (``read_notices`` drops it):
         for a loop that must not block on the daemon."""
-        req = self._call(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols))
+        req = next(self._reqs)
+        self._channel.send(calls.resize(child_id, rows, cols).message(req))
         self._ignored.add(req)
 
     def shutdown(self, *, force: bool = False) -> None:
-        req = self._call(lambda req: Shutdown(req=req, force=force))
-        assert isinstance(self._reply(req).message, Ok)
+        self._run(calls.shutdown(force))
 
     def wait_notice(self, until: float | None) -> Notice | None:
         """The next notice, waiting until ``until`` (time.monotonic) at most;

@@ -59,6 +59,9 @@ async def test_save_says_how_many_it_saved_and_updated(ms_dirs: MsDirs) -> None:
         ["new", "-d", "-n", "a", "--", "sleep", "100"],
         ["new", "-d", "-n", "b", "--", "sh", "-c", "cd /; exec sleep 100"],
     )
+    # b's shell must have become sleep, or the first save sees "sh" there.
+    b_pid = (await listed(ms_dirs))["b"].pid
+    await wait_until(lambda: _comm(b_pid) == "sleep", 5.0, "b's exec")
     with ArrangementStore.open() as store:
         leaf = store.load().find("a")
         assert leaf is not None
@@ -71,6 +74,11 @@ async def test_save_says_how_many_it_saved_and_updated(ms_dirs: MsDirs) -> None:
     with ArrangementStore.open() as store:
         saved = {leaf.name: leaf for leaf in store.load().leaves()}
     assert (saved["b"].cwd, saved["b"].title) == ("/", "sleep 100")
+
+
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
 
 
 def _options() -> list[tuple[str, str, str]]:

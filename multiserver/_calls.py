@@ -1,0 +1,240 @@
+"""Each request of the client library, sans-IO: the message it sends and how
+its reply frames become a result. The trio client (``_client``) and the
+blocking one (``_sync``) drive the same calls and differ only in how they
+wait; an ``Error`` reply is theirs to raise (``RequestFailed``) before a call
+sees it.
+
+A call is fed the reply frames of its request in order: ``feed`` returns
+``MORE`` until the answer is whole, then the result. ``abandon`` closes the
+fds a call has collected so far, for a request cut short.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+import attrs
+
+from multiserver._codec import Event, close_fds
+from multiserver._errors import ChildFailed
+from multiserver._messages import (
+    ChildError,
+    ChildInfo,
+    Children,
+    Claim,
+    Claimed,
+    Collect,
+    Collected,
+    Launch,
+    Launched,
+    ListChildren,
+    Message,
+    Ok,
+    Peek,
+    Peeked,
+    Release,
+    Released,
+    Resize,
+    Shutdown,
+    Signal,
+)
+from multiserver._results import ClaimResult, LaunchResult, PeekResult, claim_results
+
+
+class More:
+    def __repr__(self) -> str:
+        return "MORE"
+
+
+MORE = More()
+T = TypeVar("T")
+
+
+class Call(Generic[T]):
+    """One request: ``message(req)``, then ``feed`` each reply frame."""
+
+    def message(self, req: int) -> Message:
+        raise NotImplementedError
+
+    def feed(self, event: Event) -> T | More:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """The request was cut short: close what it collected."""
+
+
+@attrs.define
+class _OneReply(Call[T]):
+    """A request answered by one frame of type ``reply``."""
+
+    make: Callable[[int], Message]
+    reply: type[Message]
+    result: Callable[[Message], T]
+
+    def message(self, req: int) -> Message:
+        return self.make(req)
+
+    def feed(self, event: Event) -> T | More:
+        close_fds(event.fds)
+        assert isinstance(event.message, self.reply), event.message
+        return self.result(event.message)
+
+
+def _nothing(msg: Message) -> None:
+    return None
+
+
+def _collected(msg: Message) -> ChildInfo:
+    assert isinstance(msg, Collected)
+    return msg.child
+
+
+def _peeked(msg: Message) -> PeekResult:
+    assert isinstance(msg, Peeked)
+    return PeekResult(msg.child, msg.output, msg.dropped)
+
+
+def launch(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    rows: int,
+    cols: int,
+    name: str,
+    linger: float | None,
+    hold: bool,
+) -> Call[LaunchResult]:
+    """``env`` None: this process's environment; ``cwd`` None: its cwd."""
+    env = dict(os.environ) if env is None else env
+    cwd = os.getcwd() if cwd is None else cwd
+    return _Launch(
+        lambda req: Launch(
+            req=req,
+            argv=list(argv),
+            env=env,
+            cwd=cwd,
+            rows=rows,
+            cols=cols,
+            name=name,
+            linger=linger,
+            hold=hold,
+        )
+    )
+
+
+@attrs.define
+class _Launch(Call[LaunchResult]):
+    make: Callable[[int], Message]
+
+    def message(self, req: int) -> Message:
+        return self.make(req)
+
+    def feed(self, event: Event) -> LaunchResult:
+        assert isinstance(event.message, Launched), event.message
+        return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
+
+
+def claim(ids: Sequence[int], *, steal: bool, keep_output: bool) -> Call[list[ClaimResult]]:
+    return _Claim(list(ids), steal, keep_output)
+
+
+@attrs.define
+class _Claim(Call[list[ClaimResult]]):
+    """The answer comes in frames until ``last``; each frame's fds are the
+    caller's once the call returns."""
+
+    ids: list[int]
+    steal: bool
+    keep_output: bool
+    results: list[ClaimResult] = attrs.Factory(list)
+
+    def message(self, req: int) -> Message:
+        return Claim(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
+
+    def feed(self, event: Event) -> list[ClaimResult] | More:
+        msg = event.message
+        assert isinstance(msg, Claimed), msg
+        self.results += claim_results(msg, event.fds)
+        return self.results if msg.last else MORE
+
+    def abandon(self) -> None:
+        close_fds([r.master for r in self.results if r.master is not None])
+        self.results.clear()
+
+
+def release(
+    ids: Sequence[int], *, replace_output: bytes | None
+) -> Call[tuple[list[int], list[ChildFailed]]]:
+    return _Release(list(ids), replace_output)
+
+
+@attrs.define
+class _Release(Call[tuple[list[int], list[ChildFailed]]]):
+    """A ChildError for each child that could not be released, then
+    Released: (released ids, failures)."""
+
+    ids: list[int]
+    replace_output: bytes | None
+    failures: list[ChildFailed] = attrs.Factory(list)
+
+    def message(self, req: int) -> Message:
+        return Release(
+            req=req,
+            ids=self.ids,
+            replace_output=self.replace_output is not None,
+            output=self.replace_output or b"",
+        )
+
+    def feed(self, event: Event) -> tuple[list[int], list[ChildFailed]] | More:
+        close_fds(event.fds)
+        msg = event.message
+        if isinstance(msg, ChildError):
+            self.failures.append(ChildFailed(msg.id, msg.errno, msg.message))
+            return MORE
+        assert isinstance(msg, Released), msg
+        return list(msg.ids), self.failures
+
+
+def listing(*, foreground: bool) -> Call[list[ChildInfo]]:
+    return _Listing(foreground)
+
+
+@attrs.define
+class _Listing(Call[list[ChildInfo]]):
+    """One page, or (version 4) pages until the last."""
+
+    foreground: bool
+    children: list[ChildInfo] = attrs.Factory(list)
+
+    def message(self, req: int) -> Message:
+        return ListChildren(req=req, foreground=self.foreground)
+
+    def feed(self, event: Event) -> list[ChildInfo] | More:
+        close_fds(event.fds)
+        msg = event.message
+        assert isinstance(msg, Children), msg
+        self.children += msg.children
+        return self.children if msg.last else MORE
+
+
+def signal(child_id: int, signum: int) -> Call[None]:
+    return _OneReply(lambda req: Signal(req=req, id=child_id, signum=signum), Ok, _nothing)
+
+
+def collect(child_id: int) -> Call[ChildInfo]:
+    return _OneReply(lambda req: Collect(req=req, id=child_id), Collected, _collected)
+
+
+def peek(child_id: int, max_bytes: int | None) -> Call[PeekResult]:
+    return _OneReply(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes), Peeked, _peeked)
+
+
+def resize(child_id: int, rows: int, cols: int) -> Call[None]:
+    return _OneReply(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols), Ok, _nothing)
+
+
+def shutdown(force: bool) -> Call[None]:
+    return _OneReply(lambda req: Shutdown(req=req, force=force), Ok, _nothing)
