@@ -373,29 +373,6 @@ def proxy(
     return reason
 
 
-def parse_key(spec: str) -> bytes:
-    """``^\\``, ``^A``, ``^?`` or a single character -> the byte it sends."""
-    if len(spec) == 2 and spec[0] == "^":
-        c = spec[1]
-        if c == "?":
-            return b"\x7f"
-        code = ord(c.upper()) ^ 0x40
-        if 0 <= code < 0x20:
-            return bytes([code])
-    elif len(spec) == 1 and ord(spec) < 0x80:
-        return spec.encode()
-    raise ValueError(f"bad detach key {spec!r}: use ^X notation or one ASCII character")
-
-
-def describe_key(key: bytes) -> str:
-    b = key[0]
-    if b == 0x7F:
-        return "^?"
-    if b < 0x20:
-        return "^" + chr(b ^ 0x40)
-    return chr(b)
-
-
 @contextlib.contextmanager
 def raw_terminal(fd: int) -> Iterator[None]:
     """Raw mode for the attached session; the saved modes come back on the

@@ -18,7 +18,7 @@ from multiserver._errors import MultiserverError
 from multiserver._osstr import escaped
 from multiserver._paths import LockBusy, default_daemon_number
 from multiserver_cli._errors import CliError
-from multiserver_cli._proxy import parse_key
+from multiserver_cli._keys import parse_key
 
 DEFAULT_DETACH = "^\\"
 
