@@ -253,6 +253,11 @@ async def test_ten_children_with_huge_argv_are_all_listed(
 # --- what clients send: bounded in time, memory and fds ------------------------------
 
 
+# The frame deadline of the stalled-frames test: long enough that an ordinary
+# client is served before it on a busy machine.
+DEADLINE = 5.0
+
+
 def vm_kib(pid: int, field: str) -> int:
     return int(proc_status(pid)[field].split()[0])
 
@@ -292,7 +297,7 @@ async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_dead
 ) -> None:
     """Seen: 30 connections sending all but the last bytes of a 16 MiB frame
     took the daemon from 30 to 528 MB, for as long as they stayed."""
-    monkeypatch.setenv("MULTISERVER_FRAME_TIMEOUT", "3")
+    monkeypatch.setenv("MULTISERVER_FRAME_TIMEOUT", str(DEADLINE))
     daemon = await start_daemon()
     base = vm_kib(daemon.pid, "VmHWM")
     sent = [0]
@@ -305,8 +310,9 @@ async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_dead
     async with trio.open_nursery() as nursery:
         for _ in range(30):
             nursery.start_soon(one)
-        # Meanwhile an ordinary client is served at once.
-        with trio.fail_after(2):
+        # Meanwhile an ordinary client is served, well before the deadline
+        # frees anything (a bound for a busy machine, not a figure).
+        with trio.fail_after(DEADLINE - 1):
             async with open_client(daemon.paths) as client:
                 launched = await client.launch(["cat"], hold=False)
                 assert [c.id for c in await client.list()] == [launched.child.id]
@@ -318,13 +324,13 @@ async def test_stalled_huge_frames_are_bounded_in_memory_and_dropped_at_the_dead
         daemon_peak_rss_kib=peak,
         daemon_peak_rss_kib_before=base,
         dropped_after_s=[round(min(times), 2), round(max(times), 2)],
-        frame_timeout_s=3,
+        frame_timeout_s=DEADLINE,
         bytes_sent_by_clients=sent[0],
     )
     assert len(times) == 30
     assert peak < 64 * 1024, f"daemon peaked at {peak} KiB"
-    assert max(times) < 3 + 5, times  # dropped at the deadline, not held
-    assert min(times) >= 2.5, times
+    assert max(times) < DEADLINE + 5, times  # dropped at the deadline, not held
+    assert min(times) >= DEADLINE - 0.5, times
     assert sent[0] > 16 * 1024 * 1024  # the daemon did read a frame's worth
 
 
