@@ -20,6 +20,7 @@ from adopter._policy import (
     norm_socket,
     orphan_name,
     referenced,
+    relaunch_of,
 )
 from multiserver import ChildInfo
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf
@@ -39,8 +40,11 @@ class OrphanSink(Protocol):
 def orphan_leaf(
     arrangement: Arrangement, child: ChildInfo, socket: str, instance_id: str
 ) -> SessionLeaf | None:
-    """The leaf to add for ``child``, or None if a leaf already references it."""
+    """The leaf to add for ``child``, or None if it is not an orphan (a leaf
+    references it, or it is a saved session's lost relaunch: see ``orphans``)."""
     if (norm_socket(socket), instance_id, child.id) in referenced(arrangement):
+        return None
+    if relaunch_of(child, socket, instance_id, arrangement.find(child.name)):
         return None
     name = orphan_name(child.argv, (leaf.name for leaf in arrangement.leaves()))
     return SessionLeaf(

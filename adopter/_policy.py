@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Literal
 
 from multiserver import ChildInfo, escaped
-from restore import Arrangement
+from restore import Arrangement, SessionLeaf
 
 SocketState = Literal["live", "stale", "unresponsive", "refused"]
 # A report row is about a socket, or about a late arrival of a restore.
@@ -50,16 +50,53 @@ def referenced(arrangement: Arrangement) -> set[tuple[str, str, int]]:
     }
 
 
+def by_name(arrangement: Arrangement) -> dict[str, SessionLeaf]:
+    """The saved sessions by name."""
+    return {leaf.name: leaf for leaf in arrangement.leaves()}
+
+
+def relaunch_of(child: ChildInfo, socket: str, instance_id: str, leaf: SessionLeaf | None) -> bool:
+    """Whether ``child`` is the saved session ``leaf``'s own relaunch whose
+    record was lost (a crash, a store that could not be written): its
+    daemon calls it by the session's name, and the session was relaunched
+    there (its intent names this run of the daemon) or lived on this daemon
+    (its ref: a daemon has one child of a name, so the session's own child
+    would be this one). Restore takes such a child back as the session;
+    adopted, it would run twice under two names. A child of that name on
+    another daemon (a late arrival of a session relaunched elsewhere) is
+    an orphan."""
+    if leaf is None or leaf.name != child.name:
+        return False
+    sock = norm_socket(socket)
+    intent = leaf.pending_launch
+    if intent is not None and (norm_socket(intent.socket), intent.instance_id) == (
+        sock,
+        instance_id,
+    ):
+        return True
+    return leaf.ref is not None and norm_socket(leaf.ref.socket) == sock
+
+
 def orphans(
     children: Iterable[ChildInfo],
     socket: str,
     instance_id: str,
     refs: AbstractSet[tuple[str, str, int]],
+    saved: Mapping[str, SessionLeaf] | None = None,
 ) -> list[ChildInfo]:
     """Children (running or exited) that nobody holds and no leaf references
-    (``refs``: ``referenced(arrangement)``, computed once per sweep)."""
+    (``refs``: ``referenced(arrangement)``, computed once per sweep), and
+    that are no saved session's lost relaunch (``saved``:
+    ``by_name(arrangement)``; see ``relaunch_of``)."""
     sock = norm_socket(socket)
-    return [c for c in children if not c.held and (sock, instance_id, c.id) not in refs]
+    leaves = saved or {}
+    return [
+        c
+        for c in children
+        if not c.held
+        and (sock, instance_id, c.id) not in refs
+        and not relaunch_of(c, socket, instance_id, leaves.get(c.name))
+    ]
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

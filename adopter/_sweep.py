@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import attrs
 import trio
 
 from adopter._adopt import OrphanSink
-from adopter._policy import RowState, classify, command_line, orphans, referenced
+from adopter._policy import RowState, by_name, classify, command_line, orphans, referenced
 from multiserver import (
     ChildInfo,
     ClaimResult,
@@ -45,6 +46,7 @@ from multiserver._paths import (
     socket_dirs,
     try_lock,
 )
+from restore import SessionLeaf
 from restore._partial import DaemonAttachment
 
 # How long one daemon may take to answer before the sweep calls it unresponsive.
@@ -144,6 +146,7 @@ async def _sweep_socket(
     sock: Path,
     sink: OrphanSink,
     refs: AbstractSet[tuple[str, str, int]],
+    saved: Mapping[str, SessionLeaf],
     adopt: bool,
     bound: float,
     rows: list[SweepRow],
@@ -199,7 +202,7 @@ async def _sweep_socket(
     # Leaving this block hangs up: the daemon takes back every child we
     # claimed and did not collect (adopted ones included: they are saved now).
     async with client:
-        found = orphans(client.welcome.children, s, client.instance_id, refs)
+        found = orphans(client.welcome.children, s, client.instance_id, refs, saved)
         if not found:
             rows.append(
                 SweepRow(
@@ -288,14 +291,15 @@ async def sweep(
     # One read of the arrangement for the whole pass: which children look
     # orphaned. Recording an adoption re-checks in its own transaction, so a
     # snapshot that is stale by then cannot make a child adopted twice.
-    refs = referenced(sink.arrangement())
+    arrangement = sink.arrangement()
+    refs, saved = referenced(arrangement), by_name(arrangement)
     async with trio.open_nursery() as nursery:
         for sock in sockets:
             if str(sock) in skip:
                 detail = "did not answer the restore in time; the next sweep tries again"
                 rows.append(SweepRow(str(sock), "unresponsive", "retry", detail=detail))
                 continue
-            nursery.start_soon(_sweep_socket, sock, sink, refs, adopt, bound, rows)
+            nursery.start_soon(_sweep_socket, sock, sink, refs, saved, adopt, bound, rows)
     order = {str(p): i for i, p in enumerate(sockets)}
     rows.sort(key=lambda r: order.get(r.socket, -1))
     return SweepReport(rows)

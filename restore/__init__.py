@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from restore._model import (
         SCROLLBACK_LIMIT,
         Arrangement,
+        PendingLaunch,
         RestorationRef,
         SessionLeaf,
         Split,
@@ -50,6 +51,7 @@ _HOMES: dict[str, str] = {
     "Options": "restore._plan",
     "Outcome": "restore._plan",
     "PendingClose": "restore._store",
+    "PendingLaunch": "restore._model",
     "PhaseResult": "restore._partial",
     "RestorationRef": "restore._model",
     "RestoreResult": "restore._restore",
@@ -79,6 +81,7 @@ __all__ = [
     "Options",
     "Outcome",
     "PendingClose",
+    "PendingLaunch",
     "PhaseResult",
     "RestorationRef",
     "RestoreResult",

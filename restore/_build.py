@@ -13,15 +13,25 @@ session's detail. Store writes are not bounded by it (see ``_save``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 
 import attrs
 import trio
 
-from multiserver import Client, DaemonPaths, MultiserverError, RequestFailed, dial
+from multiserver import (
+    ChildInfo,
+    Client,
+    DaemonPaths,
+    MultiserverError,
+    RequestFailed,
+    describe_exit,
+    dial,
+)
 from multiserver._paths import default_daemon_number
-from restore._model import RestorationRef, SessionLeaf
+from restore._model import Arrangement, PendingLaunch, RestorationRef, SessionLeaf
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
     ClaimAnswer,
@@ -33,6 +43,7 @@ from restore._plan import (
     decide_claimed,
     decide_gone,
     decide_timed_out,
+    decide_unsettled,
     relaunch_notice,
 )
 from restore._store import ArrangementStore, StoreError
@@ -58,6 +69,10 @@ class RestoredSession:
     replay: bytes = b""
     client: Client | None = None
     exit_code: int | None = None
+    # False when the store could not take what was done (the detail says
+    # why): a relaunch not recorded, a close not saved. The next restore
+    # settles it (see _intents, and the durable close).
+    saved: bool = True
 
 
 @attrs.frozen
@@ -70,10 +85,16 @@ class _Pending:
 
 
 def decide_all(
-    plan: Plan, phase: PhaseResult, attach_seconds: float, options: Options
+    plan: Plan,
+    phase: PhaseResult,
+    attach_seconds: float,
+    options: Options,
+    unsettled: Mapping[str, str] | None = None,
 ) -> list[_Pending]:
     """Every leaf of the plan, with its decision (pure). ``attach_seconds``:
-    how long the phase waited for the daemons that did not answer."""
+    how long the phase waited for the daemons that did not answer.
+    ``unsettled``: sessions whose earlier relaunch could not be looked for
+    (name -> that daemon's socket): never relaunched now."""
     out: list[_Pending] = [
         _Pending(leaf, decide_gone("never started", options), "") for leaf in plan.unreferenced
     ]
@@ -99,7 +120,13 @@ def decide_all(
             out.append(_Pending(by_name[name], decision, socket, att, att.elapsed))
     order = {leaf.name: i for i, leaf in enumerate(plan_leaves(plan))}
     out.sort(key=lambda p: order[p.leaf.name])
-    return out
+    held_back = unsettled or {}
+    return [
+        attrs.evolve(p, decision=decide_unsettled(held_back[p.leaf.name]))
+        if p.decision.relaunch and p.leaf.name in held_back
+        else p
+        for p in out
+    ]
 
 
 def plan_leaves(plan: Plan) -> list[SessionLeaf]:
@@ -126,6 +153,7 @@ async def build_sessions(
     hold: bool,
     env: Mapping[str, str] | None = None,
     progress: Callable[[RestoredSession], None] | None = None,
+    unsettled: Mapping[str, str] | None = None,
 ) -> list[RestoredSession]:
     """Give every leaf its outcome and carry it out.
 
@@ -149,19 +177,30 @@ async def build_sessions(
 
     The deadline is no cancellation of the build, only of the answer it
     waits for. A launch it cut off may have started its child: that child
-    is the daemon's and keeps running, unsaved (held by the relaunch
-    connection until that closes, then detached, until a sweep adopts it as
-    an orphan; the daemon knows it by the session's name). That session is
+    is the daemon's and keeps running, unrecorded (held by the relaunch
+    connection until that closes, then detached; the daemon knows it by the
+    session's name, which keeps a sweep from adopting it). That session is
     ``failed``, says so, names the relaunch daemon, and its saved leaf is
-    left as it was (its earlier ref), never half-written.
+    left as it was (its earlier ref) but for its intent, which the next
+    restore settles: the child is then the session's.
+
+    Each relaunch's intent is written before its launch (see
+    ``_Relauncher``); a store that cannot take a change costs no session
+    (``RestoredSession.saved`` says so). ``unsettled``: sessions whose
+    earlier relaunch could not be looked for (``_intents``): not relaunched.
     """
-    pending = decide_all(plan, phase, deadline.attach_seconds, options)
+    pending = decide_all(plan, phase, deadline.attach_seconds, options, unsettled)
     avoid = {t.socket for t in phase.timed_out}
-    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline, env)
+    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline, env, store)
     results: list[RestoredSession] = []
+    taken_refs = {
+        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id)
+        for leaf in plan_leaves(plan)
+        if leaf.ref is not None
+    }
     try:
         for p in pending:
-            session = await _carry_out(p, relauncher, store, hold, deadline)
+            session = await _carry_out(p, relauncher, store, hold, deadline, taken_refs)
             results.append(session)
             if progress is not None:
                 progress(session)
@@ -184,6 +223,7 @@ async def _carry_out(
     store: ArrangementStore | None,
     hold: bool,
     deadline: RestoreDeadline,
+    taken: Collection[tuple[str, str, int]],
 ) -> RestoredSession:
     t0 = trio.current_time()
     d, leaf, att = p.decision, p.leaf, p.attachment
@@ -199,52 +239,119 @@ async def _carry_out(
                 + session.replay
             )
     if d.collect and att is not None and att.client is not None:
-        result = att.claimed[leaf.name]
-        assert result.child is not None
-        session.exit_code = result.child.exit_code
-        with trio.move_on_at(deadline.end) as scope, contextlib.suppress(MultiserverError):
-            await att.client.collect(result.child.id)
-        if scope.cancelled_caught:
-            session.detail += (
-                f"; not collected by the restore deadline ({deadline.seconds:g} s):"
-                " the daemon keeps it until a sweep collects it"
-            )
-    if d.close and store is not None:
+        child = att.claimed[leaf.name].child
+        assert child is not None
+        await _collect(session, att.client, child, store if d.close else None, deadline)
+    elif d.close and store is not None:
         await _save(session, _durable_close, store, leaf.name)
     if d.relaunch:
-        try:
-            launched_leaf, master, client = await relauncher.launch(leaf, hold=hold)
-        except _CutOff as exc:
-            # Its child may run on the relaunch daemon: that is where to look.
-            session.outcome, session.daemon = "failed", str(relauncher.paths.socket)
-            session.detail = f"{d.detail}; {exc}"
-        except _NotDone as exc:
-            session.outcome = "failed"
-            session.detail = f"{d.detail}; {exc}"
-        except MultiserverError as exc:
-            session.outcome = "failed"
-            session.detail = f"{d.detail}; relaunch failed: {exc}"
-        else:
-            notice = relaunch_notice(leaf, d.reason or d.detail)
-            session.leaf = attrs.evolve(launched_leaf, notice=notice)
-            session.master, session.client, session.replay = master, client, notice
-            session.daemon = str(relauncher.paths.socket)
-            if store is not None:
-                await _save(session, store.update_session, session.leaf)
+        await _relaunch(session, d, relauncher, store, hold, deadline, taken)
     session.elapsed = p.waited + (trio.current_time() - t0)
     return session
 
 
-async def _save(session: RestoredSession, change: Callable[..., None], *args: object) -> None:
+async def _collect(
+    session: RestoredSession,
+    client: Client,
+    child: ChildInfo,
+    store: ArrangementStore | None,
+    deadline: RestoreDeadline,
+) -> None:
+    """Collect an exited child; with ``store``, as a durable close: staged
+    first, so a crash or a store that cannot take it leaves the child for
+    the next restore to close, never a saved session to start again."""
+    session.exit_code = child.exit_code
+    name = session.leaf.name
+    if store is not None:
+        staged = await _save(session, store.stage_close, name)
+        if not staged and not session.saved:
+            session.detail += "; kept by its daemon until a restore can save the close"
+            return
+    with trio.move_on_at(deadline.end) as scope, contextlib.suppress(MultiserverError):
+        await client.collect(child.id)
+    if scope.cancelled_caught:
+        session.detail += (
+            f"; not collected by the restore deadline ({deadline.seconds:g} s):"
+            " the daemon keeps it until a sweep collects it"
+        )
+    if store is not None and session.saved:
+        # The close is saved (staged): if completing it fails, the next run completes it.
+        with contextlib.suppress(StoreError):
+            await trio.to_thread.run_sync(store.complete_close, name, session.leaf.ref)
+
+
+async def _relaunch(
+    session: RestoredSession,
+    d: Decision,
+    relauncher: _Relauncher,
+    store: ArrangementStore | None,
+    hold: bool,
+    deadline: RestoreDeadline,
+    taken: Collection[tuple[str, str, int]],
+) -> None:
+    leaf = session.leaf
+    try:
+        launched = await relauncher.launch(leaf, hold=hold, taken=taken)
+    except _Closed:
+        session.outcome = "ended"
+        session.detail = "closed meanwhile (multiserver kill): not started again"
+        return
+    except _CutOff as exc:
+        # Its child may run on the relaunch daemon: that is where to look.
+        session.outcome, session.daemon = "failed", str(relauncher.paths.socket)
+        session.detail = f"{d.detail}; {exc}"
+        return
+    except _NotDone as exc:
+        session.outcome = "failed"
+        session.detail = f"{d.detail}; {exc}"
+        return
+    except MultiserverError as exc:
+        session.outcome = "failed"
+        session.detail = f"{d.detail}; relaunch failed: {exc}"
+        return
+    session.daemon = str(relauncher.paths.socket)
+    session.master, session.client = launched.master, launched.client
+    if launched.found is None:
+        notice = relaunch_notice(leaf, d.reason or d.detail)
+        session.leaf = attrs.evolve(launched.leaf, notice=notice)
+        session.replay = notice
+        if store is not None:
+            await _save(session, store.update_session, session.leaf)
+        return
+    # The daemon had it already: the relaunch of an earlier restore, never
+    # recorded (a crash, a store that could not be written). It is the session.
+    found = launched.found
+    session.leaf = launched.leaf
+    session.outcome = "attached"
+    session.detail = (
+        f"pid {found.pid}: found running on its daemon as {leaf.name!r}, started by an"
+        " earlier restore that could not record it"
+    )
+    if store is not None:
+        await _save(session, store.update_session, session.leaf)
+    if found.state == "exited":
+        session.outcome = "ended"
+        ended = "ended" if found.exit_code is None else describe_exit(found.exit_code)
+        session.detail = f"session ended ({ended}); it was started by an earlier restore"
+        await _collect(session, launched.client, found, store, deadline)
+
+
+async def _save(session: RestoredSession, change: Callable[..., object], *args: object) -> bool:
     """One change to the store, in a thread. A store that cannot take it (a
-    newer schema is read-only, busy past its timeout, the leaf removed
-    meanwhile) costs the session nothing: the detail says it was not saved."""
+    newer schema is read-only, busy past its timeout, full, read-only, the
+    leaf removed meanwhile) costs the session nothing: the detail says it
+    was not saved, and ``saved`` is False unless the leaf was simply gone.
+    Returns whether it was saved."""
     try:
         await trio.to_thread.run_sync(change, *args)
     except KeyError:
         session.detail += "; not saved: the session is no longer in the saved arrangement"
+        return False
     except StoreError as exc:
         session.detail += f"; not saved: {exc}"
+        session.saved = False
+        return False
+    return True
 
 
 def _durable_close(store: ArrangementStore, name: str) -> None:
@@ -262,11 +369,31 @@ class _CutOff(_NotDone):
     daemon may have started the child."""
 
 
+class _Closed(Exception):
+    """The session was closed (``multiserver kill``) since the restore read
+    the arrangement: it is not started again."""
+
+
+@attrs.frozen
+class _Launched:
+    leaf: SessionLeaf  # with its new ref, its intent cleared
+    client: Client
+    master: int | None
+    found: ChildInfo | None = None  # the daemon had it: an earlier relaunch
+
+
 class _Relauncher:
     """One connection to the daemon that relaunched sessions start on,
     started on first use; a failure to reach it is remembered, so it is
     waited for once, not once per session. Starting it and every launch
-    wait until the restore's deadline, which they share."""
+    wait until the restore's deadline, which they share.
+
+    Before each launch its intent is written to the store
+    (``SessionLeaf.pending_launch``), and the record of the new child clears
+    it in the same transaction. A store that cannot take the intent costs
+    no session: the launch goes ahead, and a child that a later restore
+    finds under the session's name on this daemon is taken as the
+    session's anyway (``launch``)."""
 
     def __init__(
         self,
@@ -274,6 +401,7 @@ class _Relauncher:
         nursery: trio.Nursery,
         deadline: RestoreDeadline,
         env: Mapping[str, str] | None = None,
+        store: ArrangementStore | None = None,
     ) -> None:
         self.paths = paths
         self._env = env
@@ -282,6 +410,7 @@ class _Relauncher:
         self._client: Client | None = None
         self._error: Exception | None = None
         self._used = False
+        self._store = store
 
     def _check_time(self) -> None:
         if trio.current_time() >= self._deadline.end:
@@ -310,10 +439,28 @@ class _Relauncher:
             self._client.start(self._nursery)
         return self._client
 
+    async def _write_intent(self, client: Client, name: str) -> None:
+        """The intent of relaunching ``name`` on ``client``'s daemon, saved
+        (unless the store cannot take it). _Closed if the session is gone."""
+        if self._store is None:
+            return
+        intent = PendingLaunch(str(client.socket_path), client.instance_id, time.time())
+
+        def change(arr: Arrangement) -> Arrangement:
+            leaf = arr.find(name)
+            if leaf is None:
+                raise _Closed(name)
+            return arr.replace_session(attrs.evolve(leaf, pending_launch=intent))
+
+        with contextlib.suppress(StoreError):
+            await trio.to_thread.run_sync(self._store.modify, change)
+
     async def launch(
-        self, leaf: SessionLeaf, *, hold: bool
-    ) -> tuple[SessionLeaf, int | None, Client]:
+        self, leaf: SessionLeaf, *, hold: bool, taken: Collection[tuple[str, str, int]] = ()
+    ) -> _Launched:
         client = await self._get()
+        await self._write_intent(client, leaf.name)
+        self._check_time()  # a busy store may have taken the rest of it
         cwd = leaf.cwd if os.path.isdir(leaf.cwd) else os.path.expanduser("~")
         try:
             with trio.fail_at(self._deadline.end):
@@ -331,14 +478,45 @@ class _Relauncher:
             # client; nothing here knows the child's id to save it.
             raise _CutOff(
                 f"relaunch cut off by the restore deadline ({self._deadline.seconds:g} s):"
-                f" the daemon may have started it as {leaf.name!r}, unsaved (a sweep adopts it)"
+                f" the daemon may have started it as {leaf.name!r}, unsaved (the next restore"
+                " finds it)"
             ) from None
         except RequestFailed as exc:
+            if exc.errno == errno.EEXIST:
+                return await self._found(client, leaf, hold, taken, exc.message)
             raise MultiserverError(exc.message) from None
         self._used = True  # a session holds the client now: the caller closes it
         child = launched.child
         ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
-        return attrs.evolve(leaf, ref=ref, cwd=cwd), launched.master, client
+        new = attrs.evolve(leaf, ref=ref, cwd=cwd, pending_launch=None)
+        return _Launched(new, client, launched.master)
+
+    async def _found(
+        self,
+        client: Client,
+        leaf: SessionLeaf,
+        hold: bool,
+        taken: Collection[tuple[str, str, int]],
+        refused: str,
+    ) -> _Launched:
+        """The daemon has a child of the session's name: if no session refers
+        to it, it is this session's own, relaunched by an earlier restore that
+        could not record it (crash, store). Else the refusal stands."""
+        with trio.fail_at(self._deadline.end):
+            children = await client.list()
+        child = next((c for c in children if c.name == leaf.name), None)
+        if child is None or (str(client.socket_path), client.instance_id, child.id) in taken:
+            raise MultiserverError(refused)
+        master = None
+        if hold and child.state == "running":
+            with trio.fail_at(self._deadline.end):
+                (claimed,) = await client.claim([child.id])
+            if claimed.error is not None:
+                raise MultiserverError(f"{refused}, and {claimed.error.message}")
+            master = claimed.master
+        self._used = True
+        ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
+        return _Launched(attrs.evolve(leaf, ref=ref, pending_launch=None), client, master, child)
 
     @property
     def client(self) -> Client | None:

@@ -64,6 +64,18 @@ class RestorationRef:
 
 
 @attrs.frozen
+class PendingLaunch:
+    """A relaunch asked of a daemon and not yet recorded: the intent, written
+    before the Launch. The daemon knows the child by the session's name, so
+    the next restore finds it there (``instance_id``: that run of the daemon)
+    and records it, instead of starting it twice."""
+
+    socket: str
+    instance_id: str
+    asked_at: float = 0.0  # unix time
+
+
+@attrs.frozen
 class SessionLeaf:
     """One session: what to run, where, and how to find its child again."""
 
@@ -80,6 +92,9 @@ class SessionLeaf:
     # scrollback and its marker line); cleared once shown. Bounded like
     # scrollback, keeping the newest bytes, so the marker line survives.
     notice: bytes | None = attrs.field(default=None, converter=_bounded_or_none)
+    # Set while a relaunch of this session is asked and not yet recorded
+    # (see PendingLaunch); cleared with the record of its new ``ref``.
+    pending_launch: PendingLaunch | None = None
 
 
 @attrs.frozen

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Literal
 
 import attrs
 
 from multiserver import ChildInfo, describe_exit
-from restore._model import Arrangement, SessionLeaf
+from restore._model import Arrangement, RestorationRef, SessionLeaf
 
 Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "failed"]
 OUTCOMES: tuple[Outcome, ...] = (
@@ -133,6 +134,11 @@ class Options:
 # sessions among them). A phase that waited for the whole deadline would
 # leave a wedged daemon's sessions no time to start again.
 ATTACH_SHARE = 0.8
+# The part of it that looking for the relaunches an earlier restore asked
+# for and did not record (``settle_launch``) may take, before the phase. It
+# costs nothing unless such a relaunch is pending (after a crash or a store
+# that could not be written).
+SETTLE_SHARE = 0.25
 
 
 @attrs.frozen
@@ -155,6 +161,11 @@ class RestoreDeadline:
         return cls(start, max(start, end))
 
     @property
+    def settle_by(self) -> float:
+        """When looking for unrecorded relaunches stops waiting for daemons."""
+        return self.start + SETTLE_SHARE * (self.end - self.start)
+
+    @property
     def attach_by(self) -> float:
         """When the partial attach phase stops waiting for daemons."""
         return self.start + ATTACH_SHARE * (self.end - self.start)
@@ -168,6 +179,67 @@ class RestoreDeadline:
     def attach_seconds(self) -> float:
         """The phase's part, in seconds (to the millisecond, for messages)."""
         return round(self.attach_by - self.start, 3)
+
+
+@attrs.frozen
+class LaunchAnswer:
+    """What the daemon of a pending launch said: its run and its children;
+    ``instance_id`` None: no daemon runs there."""
+
+    instance_id: str | None
+    children: tuple[ChildInfo, ...] = ()
+
+
+@attrs.frozen
+class Settled:
+    """A pending launch looked for: ``leaf`` as it is to be saved now (its
+    intent cleared; ``found``: its ``ref`` is the child that launch started)."""
+
+    leaf: SessionLeaf
+    found: bool
+    detail: str
+
+
+def settle_launch(
+    leaf: SessionLeaf, answer: LaunchAnswer, taken: AbstractSet[tuple[str, str, int]]
+) -> Settled:
+    """What became of the relaunch ``leaf.pending_launch`` asked for. Its
+    daemon knows the child by the session's name (a name is one child's on a
+    daemon), so a child of that name, in that run of the daemon, that no
+    session refers to (``taken``: (socket, instance id, child id) of every
+    leaf's ref) is the one: it is the session's now, and is never started a
+    second time. Otherwise the launch did not happen, or its child is gone
+    with its daemon: the intent is dropped, and the session is restored as
+    its ``ref`` says."""
+    pending = leaf.pending_launch
+    assert pending is not None
+    cleared = attrs.evolve(leaf, pending_launch=None)
+    if answer.instance_id is None:
+        return Settled(cleared, False, "its daemon is not running")
+    if answer.instance_id != pending.instance_id:
+        return Settled(cleared, False, "its daemon restarted since")
+    child = next((c for c in answer.children if c.name == leaf.name), None)
+    if child is None:
+        return Settled(cleared, False, "the daemon has no child of that name")
+    if (pending.socket, answer.instance_id, child.id) in taken:
+        return Settled(cleared, False, f"child {child.id} is another session's")
+    ref = RestorationRef(pending.socket, answer.instance_id, child.id, child.pid)
+    return Settled(
+        attrs.evolve(cleared, ref=ref),
+        True,
+        f"found the relaunch an earlier restore did not record (pid {child.pid})",
+    )
+
+
+def decide_unsettled(socket: str) -> Decision:
+    """A session whose earlier relaunch could not be looked for (its daemon
+    did not answer in time): nothing is started, so it never runs twice."""
+    return Decision(
+        "timed-out",
+        f"an earlier relaunch on {socket} may be running: its daemon did not answer;"
+        " not started again (the next restore looks again)",
+        relaunch=False,
+    )
 
 
 def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:

@@ -20,9 +20,10 @@ import trio
 
 from multiserver import Client, MultiserverError
 from restore._build import RestoredSession, build_sessions
+from restore._intents import Settlement, settle_launches
 from restore._model import Arrangement
 from restore._partial import DaemonAttachment, PartialAttachPhase, PhaseResult
-from restore._plan import Options, RestoreDeadline, plan_restore
+from restore._plan import Options, RestoreDeadline, Settled, plan_restore
 from restore._store import ArrangementStore
 
 DEFAULT_TIMEOUT = 10.0
@@ -34,11 +35,21 @@ class RestoreResult:
     sessions: list[RestoredSession]
     phase: PhaseResult
     elapsed: float  # the whole restore, seconds
+    # The relaunches an earlier restore asked for and did not record, settled
+    # before anything else (see _intents).
+    settlement: Settlement | None = None
 
     @property
     def ok(self) -> bool:
         """True when no session failed."""
         return all(s.outcome != "failed" for s in self.sessions)
+
+    @property
+    def saved(self) -> bool:
+        """True when the store took everything done (see RestoredSession.saved)."""
+        return all(s.saved for s in self.sessions) and (
+            self.settlement is None or self.settlement.not_saved is None
+        )
 
 
 def close_late(att: DaemonAttachment) -> None:
@@ -61,6 +72,7 @@ async def restore_arrangement(
     on_late: Callable[[DaemonAttachment], None] = close_late,
     progress: Callable[[RestoredSession], None] | None = None,
     on_arrival: Callable[[DaemonAttachment], None] | None = None,
+    on_settled: Callable[[Settled], None] | None = None,
 ) -> RestoreResult:
     """Restore every session of ``arrangement``: partial attaches to the
     daemons (never starting one), then one outcome per session, carried out.
@@ -81,6 +93,12 @@ async def restore_arrangement(
     process's, as ``Client.launch`` sends it; ``multiserver restore`` passes
     ``launch_env(os.environ, ...)``, without credentials).
 
+    Before anything else, relaunches that an earlier restore asked for and
+    could not record (``SessionLeaf.pending_launch``) are looked for on their
+    daemon, until ``SETTLE_SHARE`` of the deadline: one that runs is the
+    session's, recorded in ``store`` and restored like any other (never
+    started twice); ``on_settled`` is told of each.
+
     ``on_arrival`` is called as each daemon's partial attach arrives in
     time (answered, or failed to connect), while the phase still waits for
     the others: progress for a person. ``progress`` is called for each
@@ -95,8 +113,9 @@ async def restore_arrangement(
     back to their daemons. Partial attaches still running are ``nursery``'s.
     The deadline is not a cancellation: past it, every session still gets
     its outcome. A relaunch it cut off may have started its child, which
-    keeps running in the relaunch daemon, unsaved, until a sweep adopts it;
-    that session is ``failed``, says so, and its saved leaf is unchanged.
+    keeps running in the relaunch daemon, unrecorded but for its intent,
+    until the next restore takes it back as the session; that session is
+    ``failed``, says so, and its saved leaf is unchanged but for the intent.
     """
     t0 = trio.current_time()
     if deadline is not None and timeout is not None:
@@ -105,7 +124,13 @@ async def restore_arrangement(
         bound = RestoreDeadline.from_end(t0, deadline)
     else:
         bound = RestoreDeadline.from_timeout(t0, DEFAULT_TIMEOUT if timeout is None else timeout)
-    plan = plan_restore(arrangement)
+    # Relaunches an earlier run asked for and never recorded: found (and
+    # recorded) before anything is decided, so none is started twice.
+    settlement = await settle_launches(arrangement, store=store, until=bound.settle_by)
+    if on_settled is not None:
+        for settled in settlement.settled:
+            on_settled(settled)
+    plan = plan_restore(settlement.arrangement)
     phase = PartialAttachPhase(
         plan, on_late=on_late, keep_output=keep_output, on_arrival=on_arrival
     )
@@ -121,6 +146,7 @@ async def restore_arrangement(
             hold=hold,
             env=env,
             progress=progress,
+            unsettled=settlement.unsettled,
         )
     except BaseException:
         for att in result.attachments.values():
@@ -132,7 +158,7 @@ async def restore_arrangement(
     for att in result.attachments.values():
         if att.client is not None and id(att.client) not in used:
             att.close()
-    return RestoreResult(sessions, result, trio.current_time() - t0)
+    return RestoreResult(sessions, result, trio.current_time() - t0, settlement)
 
 
 async def release_claims(result: RestoreResult) -> None:

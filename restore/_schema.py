@@ -37,7 +37,8 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,7 +49,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from cattrs.strategies import configure_tagged_union
 
 from restore._errors import StoreCorrupt
-from restore._model import Arrangement, SessionLeaf, Split
+from restore._model import Arrangement, RestorationRef, SessionLeaf, Split
 
 SCHEMA_VERSION = 1
 
@@ -59,6 +60,7 @@ _T = TypeVar("_T")
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEADER_SIZE = 100
 _TABLES = ("meta", "arrangement", "leaf_bytes", "pending_closes")
 # The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the document.
 _BYTES_FIELDS = ("scrollback", "notice")
@@ -160,25 +162,121 @@ def _structure(raw: object, cls: type[_T], what: str) -> _T:
         raise StoreCorrupt(f"{what} does not fit {cls.__name__}: {line}") from None
 
 
+@attrs.frozen
+class PendingClose:
+    """A close that was staged and not yet completed: the child behind ``ref``
+    may still be running."""
+
+    name: str
+    ref: RestorationRef | None
+    staged_at: float  # unix time
+
+
+def _read_pending(conn: sqlite3.Connection) -> list[PendingClose]:
+    out = []
+    for name, ref, staged_at in conn.execute(
+        "SELECT name, ref, staged_at FROM pending_closes ORDER BY id"
+    ):
+        if not isinstance(name, str) or not isinstance(staged_at, int | float):
+            raise StoreCorrupt(f"pending close {name!r} has a garbled row")
+        what = f"the ref of pending close {name!r}"
+        parsed = None if ref is None else _structure(ref, RestorationRef, what)
+        out.append(PendingClose(name, parsed, float(staged_at)))
+    return out
+
+
+def _insert_pending(
+    conn: sqlite3.Connection, name: str, ref: RestorationRef | None, at: float
+) -> None:
+    conn.execute(
+        "INSERT INTO pending_closes (name, ref, staged_at) VALUES (?, ?, ?)",
+        (name, None if ref is None else _dump(ref), at),
+    )
+
+
 # --- the file and its tables ------------------------------------------------------
 
 
-def _check_magic(path: Path) -> None:
-    """StoreCorrupt if the file is neither empty nor SQLite. Checked before
-    SQLite sees the file: closing a connection to a file it cannot read still
-    makes SQLite delete the -wal and -shm beside it."""
-    with open(path, "rb") as f:
-        head = f.read(len(_SQLITE_MAGIC))
-    if head and head != _SQLITE_MAGIC:
+def _wal_has_data(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{path}-wal") > 0
+    except OSError:
+        return False
+
+
+def _check_file(path: Path) -> None:
+    """StoreCorrupt for a file whose data is plainly gone, or that is not
+    SQLite: empty (this store never leaves an empty file: ``_create_fresh``),
+    shorter than its own header says, or without the SQLite header. Checked
+    before SQLite sees the file: closing a connection to a file it cannot
+    read still makes SQLite delete the -wal and -shm beside it. A file with
+    a -wal that holds data is left to SQLite: its pages may be there."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        head = f.read(_HEADER_SIZE)
+        size = os.fstat(fd).st_size
+    in_wal = _wal_has_data(path)
+    if not head:
+        if in_wal:
+            return
+        raise StoreCorrupt("the file is empty (0 bytes): the sessions saved in it are gone")
+    if head[: len(_SQLITE_MAGIC)] != _SQLITE_MAGIC:
         raise StoreCorrupt("file is not a database (no SQLite header)")
+    if in_wal:
+        return
+    if len(head) < _HEADER_SIZE:
+        raise StoreCorrupt(f"the file is cut short ({size} bytes): the data saved in it is gone")
+    page_size = int.from_bytes(head[16:18], "big")
+    pages = int.from_bytes(head[28:32], "big")
+    # The page count is valid when the change counter matches "version valid for".
+    if pages and head[24:28] == head[92:96]:
+        want = (65536 if page_size == 1 else page_size) * pages
+        if size < want:
+            raise StoreCorrupt(
+                f"the file is cut short ({size} of {want} bytes): part of the data saved in it"
+                " is gone"
+            )
 
 
-def _create_private(path: Path) -> None:
-    """Create the file 0600 if missing, so SQLite (which gives -wal and -shm
-    the main file's mode) never makes it readable by others."""
+def _create_fresh(path: Path) -> None:
+    """Make a new, empty store at ``path`` unless a file is there by then."""
+    with _fresh_file(path):
+        pass
+
+
+@contextlib.contextmanager
+def _fresh_file(
+    path: Path, fill: Callable[[sqlite3.Connection], None] | None = None
+) -> Iterator[None]:
+    """Build a new store (0600, in a dir made 0700) aside, with ``fill`` run
+    in its first transaction; on leaving the block, link it into place at
+    ``path`` unless a file is there by then. Whole or not at all, so no
+    crash leaves ``path`` empty or half made: an empty file is always one
+    whose data was lost."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    tmp = path.with_name(f"{path.name}.new-{os.getpid()}-{threading.get_ident()}")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for stmt in _CREATE:
+                conn.execute(stmt)
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            conn.execute("INSERT INTO arrangement VALUES (1, ?)", (_dump(Arrangement()),))
+            if fill is not None:
+                fill(conn)
+            conn.execute("COMMIT")
+        finally:
+            _rollback(conn)
+            conn.close()
+        yield
+        with contextlib.suppress(FileExistsError):  # another process made one first
+            os.link(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:

@@ -56,16 +56,20 @@ import attrs
 from multiserver._paths import ensure_private_dir, state_dir
 from restore._errors import StoreCorrupt, StoreError, StoreTooNew, _translated
 from restore._model import Arrangement, RestorationRef, SessionLeaf
+from restore._salvage import salvage
 from restore._schema import (
     SCHEMA_VERSION,
-    _check_magic,
-    _create_private,
+    PendingClose,
+    _check_file,
+    _create_fresh,
     _drop_bytes,
-    _dump,
     _filled,
+    _fresh_file,
+    _insert_pending,
     _prepare,
     _put_bytes,
     _read_doc,
+    _read_pending,
     _rollback,
     _saved_bytes,
     _structure,
@@ -80,34 +84,55 @@ BUSY_TIMEOUT = 5.0  # seconds a change waits for another process's transaction
 _T = TypeVar("_T")
 
 
-@attrs.frozen
-class PendingClose:
-    """A close that was staged and not yet completed: the child behind ``ref``
-    may still be running."""
-
-    name: str
-    ref: RestorationRef | None
-    staged_at: float  # unix time
-
-
-def _read_pending(conn: sqlite3.Connection) -> list[PendingClose]:
-    out = []
-    for name, ref, staged_at in conn.execute(
-        "SELECT name, ref, staged_at FROM pending_closes ORDER BY id"
-    ):
-        if not isinstance(name, str) or not isinstance(staged_at, int | float):
-            raise StoreCorrupt(f"pending close {name!r} has a garbled row")
-        what = f"the ref of pending close {name!r}"
-        parsed = None if ref is None else _structure(ref, RestorationRef, what)
-        out.append(PendingClose(name, parsed, float(staged_at)))
-    return out
-
-
 def _utc_stamp() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 # --- the store ----------------------------------------------------------------------
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` names now (device, inode); None if none."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _connect(path: Path) -> tuple[sqlite3.Connection, int, tuple[int, int] | None]:
+    """A connection to the store at ``path`` (made if missing), its schema
+    version and which file it is."""
+    with _translated(path):
+        if not os.path.lexists(path):
+            _create_fresh(path)
+        _check_file(path)
+        conn = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+        )
+    try:
+        with _translated(path):
+            version = _prepare(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, version, _identity(path)
+
+
+def _replace_damaged(path: Path, damage: StoreCorrupt, was: tuple[int, int] | None) -> str:
+    """Move the damaged file ``path`` aside and put a fresh one in its
+    place, holding what could be read of it (``_salvage``); returns the
+    one-line warning. ``was``: the file found damaged; if ``path`` names
+    another by now, someone else replaced it already and it is left alone."""
+    kept = salvage(path)
+    with _translated(path):
+        if _identity(path) != was:
+            return f"{damage}; another multiserver has moved it aside meanwhile"
+        # Built before the move and linked in right after it, so no other
+        # process finds the path missing and makes an empty store there.
+        with _fresh_file(path, kept.fill):
+            moved = ArrangementStore.quarantine(path)
+    return f"{damage}; moved it to {moved}; {kept.describe()}"
 
 
 @attrs.define
@@ -118,11 +143,19 @@ class ArrangementStore:
     Calls are blocking (SQLite, and up to ``BUSY_TIMEOUT`` waiting for another
     process); an async caller runs them in a thread. One store object may be
     used from several threads: its calls take turns.
+
+    A store from ``open_or_quarantine`` mends itself: a call that finds the
+    file damaged (a page of ``leaf_bytes`` that ``open`` does not read, say)
+    moves it aside, starts a fresh file with what could be read of it, says
+    so to ``on_warning`` (one line), and is run again on the fresh file.
     """
 
     _path: Path
     _conn: sqlite3.Connection
     _schema_version: int
+    _file: tuple[int, int] | None = None  # which file _conn has open
+    _mends: bool = False
+    _on_warning: Callable[[str], None] | None = None
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
 
     @staticmethod
@@ -133,21 +166,15 @@ class ArrangementStore:
     @classmethod
     def open(cls, path: Path | None = None) -> ArrangementStore:
         """Open (creating if missing) the store at ``path``, by default in the
-        state dir (created 0700). Checks the schema and that the arrangement and
-        pending closes structure; raises StoreCorrupt, StoreTooNew or StoreError.
+        state dir (created 0700). Checks the file (empty, cut short, not
+        SQLite), the schema, and that the arrangement and pending closes
+        structure; raises StoreCorrupt, StoreTooNew or StoreError.
         """
         if path is None:
             path = ensure_private_dir(state_dir()) / FILE_NAME
-        with _translated(path):
-            _create_private(path)
-            _check_magic(path)
-            conn = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
-            )
+        conn, version, file = _connect(path)
         try:
-            with _translated(path):
-                version = _prepare(conn)
-            store = cls(path, conn, version)
+            store = cls(path, conn, version, file)
             store._read(lambda c: (_read_doc(c), _read_pending(c)))
         except BaseException:
             conn.close()
@@ -155,20 +182,27 @@ class ArrangementStore:
         return store
 
     @classmethod
-    def open_or_quarantine(cls, path: Path | None = None) -> tuple[ArrangementStore, str | None]:
-        """Open the store; if it is corrupt, move it aside (see ``quarantine``)
-        and open a fresh, empty one. Returns (store, None), or (store, a
-        one-line warning saying what was wrong and where the old file went).
+    def open_or_quarantine(
+        cls, path: Path | None = None, *, on_warning: Callable[[str], None] | None = None
+    ) -> tuple[ArrangementStore, str | None]:
+        """Open the store; if it is damaged, move it aside (see
+        ``quarantine``) and open a fresh one holding what could be read of it
+        (the sessions, if only saved scrollback was hit). Returns (store,
+        None), or (store, a one-line warning saying what was wrong, where
+        the old file went and what was kept). The store mends itself the
+        same way later, telling ``on_warning``.
         """
         if path is None:
             path = ensure_private_dir(state_dir()) / FILE_NAME
+        warning = None
+        was = _identity(path)
         try:
-            return cls.open(path), None
-        except StoreCorrupt as exc:
-            moved = cls.quarantine(path)
             store = cls.open(path)
-            warning = f"{exc}; moved it to {moved} and started an empty arrangement"
-            return store, warning
+        except StoreCorrupt as exc:
+            warning = _replace_damaged(path, exc, was)
+            store = cls.open(path)
+        store._mends, store._on_warning = True, on_warning
+        return store, warning
 
     @staticmethod
     def quarantine(path: Path) -> Path:
@@ -300,11 +334,7 @@ class ArrangementStore:
             leaf = _filled(found, _saved_bytes(c, name))
             _write_doc(c, arr.without_session(name))
             _drop_bytes(c, name)
-            ref = None if leaf.ref is None else _dump(leaf.ref)
-            c.execute(
-                "INSERT INTO pending_closes (name, ref, staged_at) VALUES (?, ?, ?)",
-                (name, ref, time.time()),
-            )
+            _insert_pending(c, name, leaf.ref, time.time())
             return leaf
 
         return self._write(op)
@@ -343,9 +373,30 @@ class ArrangementStore:
             ) from exc
 
     def _read(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._lock, self._guarded():
-            self._conn.execute("BEGIN")
+        return self._run(op, write=False)
+
+    def _write(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
+        return self._run(op, write=True)
+
+    def _run(self, op: Callable[[sqlite3.Connection], _T], *, write: bool) -> _T:
+        with self._lock:
             try:
+                return self._once(op, write)
+            except StoreCorrupt as exc:
+                if not self._mends:
+                    raise
+                self._mend(exc)
+            return self._once(op, write)
+
+    def _once(self, op: Callable[[sqlite3.Connection], _T], write: bool) -> _T:
+        with self._guarded():
+            if write:
+                self._check_writable(self._schema_version)
+            self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                if write:
+                    # Another process may have upgraded the file since we opened it.
+                    self._check_writable(_version(self._conn))
                 result = op(self._conn)
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -353,19 +404,13 @@ class ArrangementStore:
                 raise
             return result
 
-    def _write(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._lock, self._guarded():
-            self._check_writable(self._schema_version)
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                # Another process may have upgraded the file since we opened it.
-                self._check_writable(_version(self._conn))
-                result = op(self._conn)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                _rollback(self._conn)
-                raise
-            return result
+    def _mend(self, damage: StoreCorrupt) -> None:
+        """The file is damaged: replace it (``_replace_damaged``), reopen."""
+        self._conn.close()
+        warning = _replace_damaged(self._path, damage, self._file)
+        self._conn, self._schema_version, self._file = _connect(self._path)
+        if self._on_warning is not None:
+            self._on_warning(warning)
 
     def _check_writable(self, version: int) -> None:
         if version > SCHEMA_VERSION:

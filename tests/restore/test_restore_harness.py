@@ -93,6 +93,10 @@ def leaf_of(sim: SimDaemon, child: SimChild, cwd: Path, **kw: Any) -> SessionLea
     return SessionLeaf(child.name, list(child.argv), str(cwd), ref=ref, **kw)
 
 
+def ref_of(sim: SimDaemon, child: SimChild) -> RestorationRef:
+    return RestorationRef(str(sim.socket_path), sim.instance_id, child.id, child.pid)
+
+
 def arranged(leaves: Sequence[SessionLeaf]) -> Arrangement:
     return Arrangement([Window("main", [Tab(leaf) for leaf in leaves])])
 
@@ -785,9 +789,17 @@ async def test_a_store_that_cannot_be_written_costs_no_session(
             result = await restore_arrangement(
                 arrangement, nursery=nursery, timeout=TIMEOUT, store=store
             )
-            assert [s.outcome for s in result.sessions] == ["ended", "relaunched", "relaunched"]
-            assert all("not saved" in s.detail for s in result.sessions), result.sessions
-            assert sorted(c.name for c in relauncher.children) == ["gone0", "gone1"]
+            if how == "newer-schema":
+                assert [s.outcome for s in result.sessions] == ["ended", "relaunched", "relaunched"]
+                assert all("not saved" in s.detail for s in result.sessions), result.sessions
+                assert not any(s.saved for s in result.sessions) and not result.saved
+                assert sorted(c.name for c in relauncher.children) == ["gone0", "gone1"]
+            else:  # closed meanwhile: nothing closed comes back
+                assert [s.outcome for s in result.sessions] == ["ended"] * 3
+                assert "not saved: the session is no longer" in result.sessions[0].detail
+                for s in result.sessions[1:]:
+                    assert s.detail == "closed meanwhile (multiserver kill): not started again"
+                assert relauncher.children == [] and result.saved
             await release_claims(result)
             nursery.cancel_scope.cancel()
 
@@ -873,15 +885,40 @@ async def test_a_slow_phase_then_slow_launches_end_by_the_one_deadline(
             await release_claims(result)
             await relauncher.wait_connections(0)
             assert late.running and not late.held
+            saved = {leaf.name: leaf for leaf in store.load().leaves()}
+
+            # The next restore settles new1's intent first: the child the
+            # cut-off launch started is the session's, recorded and
+            # attached; it is not started twice.
+            again = await restore_arrangement(
+                store.load(), nursery=nursery, timeout=TIMEOUT, store=store
+            )
+            s = by_name(again)
+            assert s["new1"].outcome == "attached", s["new1"]
+            assert s["new1"].leaf.ref == ref_of(relauncher, late)
+            assert again.settlement is not None
+            assert [(x.leaf.name, x.found) for x in again.settlement.settled] == [("new1", True)]
+            assert s["new2"].outcome == "relaunched"
+            assert [m.name for m in launches(relauncher)] == ["new0", "new1", "new2"]
+            assert sorted(c.name for c in relauncher.children) == ["new0", "new1", "new2"]
+            await release_claims(again)
             nursery.cancel_scope.cancel()
-    with ArrangementStore.open(path) as store:
-        saved = {leaf.name: leaf for leaf in store.load().leaves()}
+        after = {leaf.name: leaf for leaf in store.load().leaves()}
+    assert after["new1"].ref == ref_of(relauncher, late) and after["new1"].pending_launch is None
     new0 = {c.name: c for c in relauncher.children}["new0"]
     assert saved["new0"].ref == RestorationRef(
         str(relauncher.socket_path), relauncher.instance_id, new0.id, new0.pid
     )
-    # The sessions the deadline left undone keep what they had: no half-made ref.
-    assert saved["new1"] == leaves[1] and saved["new2"] == leaves[2]
+    # The sessions the deadline left undone keep what they had: no half-made
+    # ref. The cut-off one keeps the intent written before its launch.
+    assert saved["new2"] == leaves[2]
+    intent = saved["new1"].pending_launch
+    assert intent is not None
+    assert (intent.socket, intent.instance_id) == (
+        str(relauncher.socket_path),
+        relauncher.instance_id,
+    )
+    assert saved["new1"] == attrs.evolve(leaves[1], pending_launch=intent)
 
 
 @pytest.mark.parametrize("hello_delay", [0.1, 0.5], ids=["in-time", "past-the-deadline"])

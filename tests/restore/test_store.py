@@ -551,8 +551,8 @@ def _tampered(sql: str, *args: object) -> Any:
 
 CORRUPTIONS = {
     "garbage bytes": (_garbage, "not a database"),
-    "truncated sqlite": (_truncated, "malformed"),
-    "sqlite header only": (_header_only, "malformed|not a database"),
+    "truncated sqlite": (_truncated, "cut short"),
+    "sqlite header only": (_header_only, "cut short"),
     "bad json": (_tampered("UPDATE arrangement SET doc = '{\"windows\": [' "), "not valid JSON"),
     "json of the wrong shape": (
         _tampered("UPDATE arrangement SET doc = '{\"windows\": 5}'"),
@@ -616,6 +616,14 @@ def test_corrupt_file_is_refused_then_moved_aside(case: str, tmp_path: Path, pat
         assert aside[0].read_bytes() == original  # moved, never deleted or rewritten
         assert warning is not None and "\n" not in warning
         assert str(aside[0]) in warning
+        if case == "truncated sqlite":  # the document's page is in the half that is left
+            kept = store.load().leaves()
+            assert [x.name for x in kept] == [f"s{i}" for i in range(20)]
+            assert "kept its 20 saved sessions" in warning
+            assert "saved scrollbacks and notices were unreadable" in warning
+            store.save(Arrangement())
+        else:
+            assert "started an empty arrangement" in warning or "kept its 0 saved" in warning
         assert store.load() == Arrangement()
         store.add_session(leaf("fresh"))
     with ArrangementStore.open(path) as again:
@@ -643,8 +651,22 @@ def test_quarantine_moves_wal_and_shm_and_never_overwrites(tmp_path: Path, path:
     assert (tmp_path / f"{first_main}-shm").read_bytes() == b"shm bytes"
 
 
-def test_an_empty_file_is_a_fresh_store(path: Path) -> None:
+def test_an_empty_file_is_one_whose_sessions_are_gone(path: Path) -> None:
+    """The store never leaves an empty file (a new one is built aside and
+    linked in whole), so an empty one lost its data: said, and moved aside."""
     path.touch()
+    store, warning = ArrangementStore.open_or_quarantine(path)
+    with store:
+        assert store.load() == Arrangement()
+    assert warning is not None and "\n" not in warning
+    assert "the file is empty (0 bytes): the sessions saved in it are gone" in warning
+    (aside,) = [p for p in path.parent.iterdir() if ".corrupt-" in p.name]
+    assert aside.stat().st_size == 0 and str(aside) in warning
+
+
+def test_a_new_store_is_linked_in_whole(path: Path) -> None:
+    ArrangementStore.open(path).close()
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
     store, warning = ArrangementStore.open_or_quarantine(path)
     with store:
         assert warning is None and store.load() == Arrangement()
