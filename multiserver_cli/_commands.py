@@ -63,7 +63,7 @@ from multiserver_cli._sessions import (
     survey,
 )
 from multiserver_cli._state import end_child, open_store
-from restore import ArrangementStore, RestorationRef
+from restore import ArrangementStore, RestorationRef, SessionLeaf, StoreError
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
@@ -390,11 +390,9 @@ def cmd_kill(args: Namespace) -> int:
         child = found.child
         # The durable close: staged first, so a crash from here on is finished
         # by the next run (a bare signal closes nothing unless the child ends).
-        staged = (
-            None
-            if only_signal
-            else _state.stage_close(store, found.socket, found.instance_id, child)
-        )
+        # A close the store cannot take is not done: ended and unrecorded,
+        # the session would be started again by the next restore.
+        staged = None if only_signal else _staged(store, found, child, "not killed")
         with (
             bounded("kill"),
             dial_blocking(found.socket, children=False, deadline=deadline()) as client,
@@ -407,7 +405,9 @@ def cmd_kill(args: Namespace) -> int:
                 )
                 return 0
             if only_signal:
-                staged = _state.stage_close(store, found.socket, found.instance_id, child)
+                # It ended of the signal: left uncollected, so a close that
+                # cannot be saved now is found (ended) by the next restore.
+                staged = _staged(store, found, child, describe_exit(code))
             with contextlib.suppress(RequestFailed):
                 client.collect(child.id)
         if staged is not None:
@@ -417,11 +417,34 @@ def cmd_kill(args: Namespace) -> int:
     return 0
 
 
+def _staged(
+    store: ArrangementStore | None, found: Located, child: ChildInfo, what: str
+) -> SessionLeaf | None:
+    """``_state.stage_close``; a store that cannot take the close (or none
+    at all) is a CliError that says ``what`` was done."""
+    if store is None:
+        raise CliError(
+            f"{child.name}: {what}; its close cannot be saved (the saved arrangement is"
+            " unavailable), and the next restore would start it again"
+        )
+    try:
+        return _state.stage_close(store, found.socket, found.instance_id, child)
+    except StoreError as exc:
+        raise CliError(
+            f"{child.name}: {what}; its close could not be saved ({exc}); the next"
+            " restore would start it again"
+        ) from None
+
+
 def _forget_saved(store: ArrangementStore | None, session: Session) -> int:
     """``kill NAME`` of a saved session with no live child: forget it (a
     durable close, which also ends its child should its daemon answer after all)."""
     name = session.name
-    if _state.stage_close_named(store, name) is None:
+    try:
+        staged = _state.stage_close_named(store, name)
+    except StoreError as exc:
+        raise CliError(f"{name}: not forgotten: the close could not be saved ({exc})") from None
+    if staged is None:
         raise CliError(f"no session named {name!r}")  # forgotten meanwhile
     _state.finish_pending_closes(store)
     if _state.close_pending(store, name):

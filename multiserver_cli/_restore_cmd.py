@@ -3,15 +3,19 @@ commands that talk to many daemons at once, on trio."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 from argparse import Namespace
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
 from multiserver import launch_env
+from multiserver._paths import LockBusy, ensure_private_dir, state_dir, try_lock
 from multiserver_cli import _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import plural, print_json, table
@@ -55,13 +59,108 @@ def _arrival_line(att: DaemonAttachment) -> str:
     return f"{what}: answered in {att.elapsed:.3f} s"
 
 
+# How long a restore waits for another one to finish, at least (and three
+# times its own --timeout): two terminals opening at login run two.
+RESTORE_WAIT = 60.0
+RESTORE_LOCK = "restore.lock"
+# The outcomes of the last restore, for one that waited for it.
+RESTORE_REPORT = "restore-report.json"
+LOCK_POLL = 0.05  # how often a waiting restore tries the lock
+
+
 async def cmd_restore(args: Namespace) -> int:
+    """One restore at a time: a second one waits (bounded) for the first,
+    then reports the first's outcomes as its own. Run after it, it would
+    find every session attached and report none as relaunched, and run at
+    the same moment, the two would both claim and relaunch the same
+    sessions (the cause of two logins both failing)."""
     if args.timeout <= 0:
         raise CliError("--timeout must be > 0", 2)
+    state = ensure_private_dir(state_dir())
+    report = state / RESTORE_REPORT
+    before = _identity(report)
+    waited = False
+    bound = max(RESTORE_WAIT, 3 * args.timeout)
+    lock = state / RESTORE_LOCK
+    with trio.move_on_after(bound) as scope:
+        while True:
+            try:
+                lock_fd = try_lock(lock)
+                break
+            except LockBusy:
+                if not waited:
+                    _state.warn(f"waiting for another restore{_holder(lock)} to finish")
+                waited = True
+                await trio.sleep(LOCK_POLL)
+    if scope.cancelled_caught:
+        raise CliError(
+            f"another multiserver restore is still running after {bound:g} s; not restoring"
+        )
+    try:
+        with contextlib.suppress(OSError):  # who holds it, for one that waits
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
+        if waited and _identity(report) != before:
+            out = _read_report(report)
+            if out is not None:
+                _state.warn("another restore ran meanwhile; these are its outcomes")
+                return _show(out, args)
+        out = await _restore(args)
+        if out is None:
+            return 1
+        _write_report(report, out)
+        return _show(out, args)
+    finally:
+        os.close(lock_fd)
+
+
+def _holder(lock: Path) -> str:
+    try:
+        pid = int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return ""
+    return f" (pid {pid})"
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _write_report(path: Path, out: dict[str, object]) -> None:
+    """Whole or not at all (another restore may read it the moment the lock
+    is free); a report that cannot be written costs only the waiter's copy."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with open(fd, "w") as f:
+            json.dump(out, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _state.warn(f"could not keep the restore's report for a restore that waits: {exc}")
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _read_report(path: Path) -> dict[str, object] | None:
+    try:
+        with open(path) as f:
+            out = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return out if isinstance(out, dict) and isinstance(out.get("sessions"), list) else None
+
+
+async def _restore(args: Namespace) -> dict[str, object] | None:
+    """The restore itself; its outcomes as ``--json`` prints them (None: the
+    store cannot be used, said already)."""
     late_rows: list[SweepRow] = []
     with _state.open_store() as store:
         if store is None:
-            return 1
+            return None
         _state.finish_pending_closes(store)
         arrangement = store.load()
         total = len(arrangement.leaves())
@@ -131,17 +230,28 @@ async def cmd_restore(args: Namespace) -> int:
                 swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
             # Partial attaches to wedged daemons are abandoned here.
             nursery.cancel_scope.cancel()
-    rows = [_row(s) for s in result.sessions]
     extra = [r for r in [*late_rows, *swept.rows] if r.action != "none"]
+    return {
+        "sessions": [_row(s) for s in result.sessions],
+        "sweep": [_sweep_row(r) for r in extra],
+        "seconds": round(result.elapsed, 4),
+        "ok": result.ok,
+        "saved": result.saved,
+    }
+
+
+def _show(out: dict[str, Any], args: Namespace) -> int:
+    """Print a restore's outcomes; its exit status."""
+    status = 0 if out.get("ok") and out.get("saved", True) else 1
+    if not out.get("saved", True):
+        _state.warn(
+            "the store did not take every outcome (see each session's detail);"
+            " the next restore settles them"
+        )
     if args.json:
-        out = {
-            "sessions": rows,
-            "sweep": [_sweep_row(r) for r in extra],
-            "seconds": round(result.elapsed, 4),
-            "ok": result.ok,
-        }
         print_json(out)
-        return 0 if result.ok else 1
+        return status
+    rows = out["sessions"]
     table_rows = [
         [
             str(r["name"]),
@@ -153,13 +263,20 @@ async def cmd_restore(args: Namespace) -> int:
         for r in rows
     ]
     table_rows += [
-        [r.name or "-", f"sweep: {r.action}", Path(r.socket).name, r.detail, ""] for r in extra
+        [
+            str(r["name"] or "-"),
+            f"sweep: {r['action']}",
+            Path(str(r["socket"])).name,
+            str(r["detail"]),
+            "",
+        ]
+        for r in out["sweep"]
     ]
     if table_rows:
         print(table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows))
     else:
         print("nothing to restore", file=sys.stderr)
-    return 0 if result.ok else 1
+    return status
 
 
 async def cmd_orphans(args: Namespace) -> int:

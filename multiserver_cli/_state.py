@@ -50,7 +50,7 @@ def open_store() -> Iterator[ArrangementStore | None]:
     """The arrangement store, or None (with a warning) if it cannot be used.
     A corrupt store is moved aside, never deleted."""
     try:
-        store, warning = ArrangementStore.open_or_quarantine()
+        store, warning = ArrangementStore.open_or_quarantine(on_warning=warn)
     except (StoreError, MultiserverError, OSError) as exc:
         warn(f"saved arrangement unavailable: {exc}")
         yield None
@@ -105,7 +105,10 @@ def stage_close(
 ) -> SessionLeaf | None:
     """Stage the durable close of the saved session whose child this is
     (found by daemon socket, instance and child id, so an adopted session
-    saved under another name is found too). None if no leaf has it."""
+    saved under another name is found too). None if no leaf has it.
+    StoreError if the store cannot take it: the caller then leaves the child
+    as it is, since a close it did not record would be undone by the next
+    restore (the session started again)."""
     if store is None:
         return None
     try:
@@ -120,22 +123,17 @@ def stage_close(
         return None
     except KeyError:
         return None
-    except StoreError as exc:
-        warn(f"could not save the close of {child.name}: {exc}")
-        return None
 
 
 def stage_close_named(store: ArrangementStore | None, name: str) -> SessionLeaf | None:
     """Stage the durable close of the saved session ``name`` (one with no
-    live child: ``kill NAME`` forgets it). None if there is none."""
+    live child: ``kill NAME`` forgets it). None if there is none; StoreError
+    if the store cannot take it."""
     if store is None:
         return None
     try:
         return store.stage_close(name)
     except KeyError:
-        return None
-    except StoreError as exc:
-        warn(f"could not save the close of {name}: {exc}")
         return None
 
 
@@ -155,8 +153,14 @@ def complete_close(store: ArrangementStore | None, name: str, ref: RestorationRe
 
 def close_exited(store: ArrangementStore | None, client: SyncClient, child: ChildInfo) -> None:
     """A session whose program exited: stage its close, collect the child,
-    complete the close."""
-    staged = stage_close(store, client.socket_path, client.instance_id, child)
+    complete the close. A close the store cannot take leaves the exited
+    child with its daemon, uncollected: the next restore finds it ended and
+    closes it then, instead of starting the session again."""
+    try:
+        staged = stage_close(store, client.socket_path, client.instance_id, child)
+    except StoreError as exc:
+        warn(f"could not save the close of {child.name}: {exc}; its daemon keeps it, ended")
+        return
     with contextlib.suppress(MultiserverError):
         client.collect(child.id)
     if staged is not None:
