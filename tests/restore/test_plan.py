@@ -7,10 +7,11 @@ from __future__ import annotations
 import errno
 from typing import Any
 
+import attrs
 import pytest
 
 from multiserver import ChildInfo
-from restore import Arrangement, RestorationRef, SessionLeaf, Split, Tab, Window
+from restore import Arrangement, PendingLaunch, RestorationRef, SessionLeaf, Split, Tab, Window
 from restore._plan import (
     ATTACH_SHARE,
     OUTCOMES,
@@ -18,14 +19,17 @@ from restore._plan import (
     ClaimAnswer,
     DaemonTarget,
     Decision,
+    LaunchAnswer,
     Options,
     RestoreDeadline,
     decide_claimed,
     decide_gone,
     decide_timed_out,
+    decide_unsettled,
     match_children,
     plan_restore,
     relaunch_notice,
+    settle_launch,
 )
 
 SOCK_A = "/run/ms/multiserver-daemon-1.socket"
@@ -308,3 +312,53 @@ def test_a_given_end_is_kept_and_never_before_the_start() -> None:
 def test_the_seconds_in_messages_are_rounded_to_the_millisecond() -> None:
     d = RestoreDeadline.from_end(0.1, 0.1 + 2.0000004)
     assert f"{d.seconds:g}" == "2" and f"{d.attach_seconds:g}" == "1.6"
+
+
+# --- settling a relaunch an earlier restore did not record ----------------------------
+
+
+def intent(socket: str = SOCK_B, instance: str = "inst-new") -> PendingLaunch:
+    return PendingLaunch(socket, instance, 1.0)
+
+
+def named(name: str, child_id: int, pid: int) -> ChildInfo:
+    return attrs.evolve(child(child_id, pid), name=name)
+
+
+def test_a_lost_relaunch_found_by_name_in_that_run_of_its_daemon_is_the_session() -> None:
+    old = leaf("a", ref(SOCK_A, "inst-old", 3, 300), pending_launch=intent())
+    answer = LaunchAnswer("inst-new", (named("b", 1, 10), named("a", 2, 20)))
+    settled = settle_launch(old, answer, taken=set())
+    assert settled.found
+    assert settled.leaf == attrs.evolve(
+        old, ref=RestorationRef(SOCK_B, "inst-new", 2, 20), pending_launch=None
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "taken", "why"),
+    [
+        (LaunchAnswer(None), set(), "its daemon is not running"),
+        (LaunchAnswer("inst-later", (named("a", 2, 20),)), set(), "its daemon restarted since"),
+        (LaunchAnswer("inst-new", (named("b", 2, 20),)), set(), "no child of that name"),
+        (
+            LaunchAnswer("inst-new", (named("a", 2, 20),)),
+            {(SOCK_B, "inst-new", 2)},
+            "child 2 is another session's",
+        ),
+    ],
+    ids=["daemon-gone", "daemon-restarted", "no-such-child", "child-taken"],
+)
+def test_a_relaunch_that_did_not_happen_drops_the_intent_and_keeps_the_ref(
+    answer: LaunchAnswer, taken: set[tuple[str, str, int]], why: str
+) -> None:
+    old = leaf("a", ref(SOCK_A, "inst-old", 3, 300), pending_launch=intent())
+    settled = settle_launch(old, answer, taken)
+    assert not settled.found and why in settled.detail
+    assert settled.leaf == attrs.evolve(old, pending_launch=None)
+
+
+def test_an_unsettled_intent_is_never_relaunched() -> None:
+    d = decide_unsettled(SOCK_B)
+    assert (d.outcome, d.relaunch, d.close) == ("timed-out", False, False)
+    assert SOCK_B in d.detail

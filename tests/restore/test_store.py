@@ -827,3 +827,38 @@ def test_one_store_from_many_threads(store: ArrangementStore) -> None:
     for t in threads:
         t.join()
     assert len(store.load().leaves()) == 100
+
+
+def test_a_damaged_page_found_after_open_moves_the_file_aside_and_keeps_the_sessions(
+    path: Path,
+) -> None:
+    """``open`` reads neither saved scrollback nor notices: a damaged page of
+    ``leaf_bytes`` is found by a later call. That call moves the file aside,
+    tells ``on_warning`` in one line, and is done again on a fresh file that
+    holds every session (the scrollback on the damaged page is lost)."""
+    with ArrangementStore.open(path) as s:
+        for i in range(3):
+            s.add_session(leaf(f"s{i}", scrollback=b"x" * 5000))
+    with raw(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+        (root,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'leaf_bytes'"
+        ).fetchone()
+    conn.close()
+    with open(path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xff" * page_size)
+    damaged = path.read_bytes()
+    told: list[str] = []
+    store, warning = ArrangementStore.open_or_quarantine(path, on_warning=told.append)
+    with store:
+        assert warning is None
+        assert [x.name for x in store.load().leaves()] == ["s0", "s1", "s2"]
+        (line,) = told
+        assert "\n" not in line and "malformed" in line and "kept its 3 saved sessions" in line
+        (aside,) = [p for p in path.parent.iterdir() if ".corrupt-" in p.name]
+        assert aside.read_bytes() == damaged and str(aside) in line
+        store.update_session(leaf("s1", scrollback=b"new"))
+        assert store.load().find("s1") == leaf("s1", scrollback=b"new")
+    assert len(told) == 1
