@@ -10,6 +10,7 @@ permissions) become ``StoreError`` and never move anything.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,10 @@ _CORRUPT_CODES = frozenset(
         sqlite3.SQLITE_NOTADB,
     }
 )
+
+
+# What SQLite's -shm of a WAL file takes first (32 KiB).
+_SHM_SIZE = 32 * 1024
 
 
 class StoreError(MultiserverError):
@@ -59,6 +64,17 @@ def _translated(path: Path) -> Iterator[None]:
     except sqlite3.DatabaseError as exc:
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
         cls = StoreCorrupt if code in _CORRUPT_CODES else StoreError
-        raise cls(f"{path}: {exc}") from exc
+        # SQLite says "disk I/O error" when it cannot grow its -shm or -wal.
+        full = " (its file system is full)" if cls is StoreError and _full(path) else ""
+        raise cls(f"{path}: {exc}{full}") from exc
     except OSError as exc:
         raise StoreError(f"{path}: {exc.strerror or exc}") from exc
+
+
+def _full(path: Path) -> bool:
+    """Whether the file system of ``path`` has less room than a -shm takes."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _SHM_SIZE
