@@ -21,7 +21,7 @@ import trio
 
 from multiserver import Client, DaemonPaths, MultiserverError, RequestFailed, dial
 from multiserver._paths import default_daemon_number
-from restore._model import RestorationRef, SessionLeaf
+from restore._model import RestorationRef, SavedOutput, SessionLeaf
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
     ClaimAnswer,
@@ -32,6 +32,7 @@ from restore._plan import (
     RestoreDeadline,
     decide_claimed,
     decide_gone,
+    decide_saved_end,
     decide_timed_out,
     relaunch_notice,
 )
@@ -75,18 +76,25 @@ def decide_all(
     """Every leaf of the plan, with its decision (pure). ``attach_seconds``:
     how long the phase waited for the daemons that did not answer."""
     out: list[_Pending] = [
-        _Pending(leaf, decide_gone("never started", options), "") for leaf in plan.unreferenced
+        _Pending(leaf, decide_lost(leaf, "never started", options), "")
+        for leaf in plan.unreferenced
     ]
     for target in phase.timed_out:
+        silent = f"its daemon did not answer within {attach_seconds:g} s"
         out += [
             _Pending(
-                leaf, decide_timed_out(attach_seconds, options), target.socket, None, phase.elapsed
+                leaf,
+                decide_saved_end(leaf, silent, options)
+                or decide_timed_out(attach_seconds, options),
+                target.socket,
+                None,
+                phase.elapsed,
             )
             for leaf in target.leaves
         ]
     for socket, att in phase.attachments.items():
         for gone in att.gone:
-            decision = decide_gone(gone.reason, options)
+            decision = decide_lost(gone.leaf, gone.reason, options)
             out.append(_Pending(gone.leaf, decision, socket, att, att.elapsed))
         by_name = {leaf.name: leaf for leaf in att.target.leaves}
         for name, result in att.claimed.items():
@@ -100,6 +108,12 @@ def decide_all(
     order = {leaf.name: i for i, leaf in enumerate(plan_leaves(plan))}
     out.sort(key=lambda p: order[p.leaf.name])
     return out
+
+
+def decide_lost(leaf: SessionLeaf, reason: str, options: Options) -> Decision:
+    """A leaf whose child is gone (``reason``): reported as ended if its
+    saved leaf says the program had ended, else relaunched or expired."""
+    return decide_saved_end(leaf, reason, options) or decide_gone(reason, options)
 
 
 def plan_leaves(plan: Plan) -> list[SessionLeaf]:
@@ -198,6 +212,8 @@ async def _carry_out(
                 f"[multiserver: {result.dropped} earlier bytes were not kept]\r\n".encode()
                 + session.replay
             )
+    if d.outcome == "ended" and att is not None and leaf.name in att.claimed:
+        await _keep_ended(session, att, store)
     if d.collect and att is not None and att.client is not None:
         result = att.claimed[leaf.name]
         assert result.child is not None
@@ -225,8 +241,12 @@ async def _carry_out(
             session.outcome = "failed"
             session.detail = f"{d.detail}; relaunch failed: {exc}"
         else:
-            notice = relaunch_notice(leaf, d.reason or d.detail)
-            session.leaf = attrs.evolve(launched_leaf, notice=notice)
+            notice = relaunch_notice(_shown_last(leaf, att), d.reason or d.detail)
+            # The scrollback is in the notice now; what the new program shows
+            # is saved as its own.
+            session.leaf = attrs.evolve(
+                launched_leaf, notice=notice, scrollback=None, exit_code=None
+            )
             session.master, session.client, session.replay = master, client, notice
             session.daemon = str(relauncher.paths.socket)
             if store is not None:
@@ -245,6 +265,40 @@ async def _save(session: RestoredSession, change: Callable[..., None], *args: ob
         session.detail += "; not saved: the session is no longer in the saved arrangement"
     except StoreError as exc:
         session.detail += f"; not saved: {exc}"
+
+
+async def _keep_ended(
+    session: RestoredSession, att: DaemonAttachment, store: ArrangementStore | None
+) -> None:
+    """An ended child, left uncollected in its daemon for a person to see:
+    its output is what to show (``replay``), and its saved leaf keeps that
+    output and says it ended, for the case its daemon goes before anyone
+    attaches."""
+    result = att.claimed[session.leaf.name]
+    assert result.child is not None and att.client is not None
+    session.exit_code = result.child.exit_code
+    session.replay = result.output
+    if store is not None:
+        client = att.client
+        code = result.child.exit_code
+        saved = SavedOutput(
+            str(client.socket_path), client.instance_id, result.child.id, result.output, code
+        )
+
+        def write() -> None:
+            if not store.save_outputs([saved]):
+                raise KeyError(session.leaf.name)
+
+        await _save(session, write)
+
+
+def _shown_last(leaf: SessionLeaf, att: DaemonAttachment | None) -> SessionLeaf:
+    """``leaf`` with the newest output it showed as its scrollback: that of
+    its ended child, if it was claimed (newer than the saved one)."""
+    result = None if att is None else att.claimed.get(leaf.name)
+    if result is None or not result.output:
+        return leaf
+    return attrs.evolve(leaf, scrollback=result.output)
 
 
 def _durable_close(store: ArrangementStore, name: str) -> None:
