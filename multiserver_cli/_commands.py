@@ -58,12 +58,11 @@ from multiserver_cli._sessions import (
     live_or_fail,
     located,
     lookup,
-    scan,
     scope_of,
     survey,
 )
 from multiserver_cli._state import end_child, open_store
-from restore import ArrangementStore, RestorationRef
+from restore import ArrangementStore
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
@@ -198,6 +197,9 @@ def cmd_new(args: Namespace) -> int:
                 redraw=args.redraw,
                 say=say,
                 close_exited=_closer(store),
+                save_screen=_state.screen_saver(
+                    store, client.socket_path, client.instance_id, launched.child.id
+                ),
             )
 
 
@@ -266,6 +268,9 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
             redraw=args.redraw,
             say=say,
             close_exited=_closer(store),
+            save_screen=_state.screen_saver(
+                store, client.socket_path, client.instance_id, child.id
+            ),
         )
 
 
@@ -444,37 +449,26 @@ def _end(client: SyncClient, child: ChildInfo, signum: int, only_signal: bool) -
 # --- save -------------------------------------------------------------------------
 
 
-@attrs.frozen
-class _Refresh:
-    cwd: str | None
-    title: str | None
-
-
 def cmd_save(args: Namespace) -> int:
     """Refresh every live session's cwd (the foreground process's, where the
-    OS tells it) and title (its foreground command) in the arrangement."""
-    refresh: dict[tuple[str, str, int], _Refresh] = {}
-    for d in scan(_number(args), foreground=True).daemons:
-        for c in d.children:
-            title = " ".join(map(escaped, c.fg_argv)) if c.fg_argv else None
-            refresh[(str(d.socket), d.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
-    changed = live = total = 0
+    OS tells it) and title (its foreground command) in the arrangement;
+    with ``--scrollback``, keep what each session not held by a client
+    shows as its scrollback; with ``--every S``, again every S seconds
+    (``_saver``)."""
+    from multiserver_cli import _saver
+
+    saver = _saver.Saver(scrollback=args.scrollback, number=_number(args))
+    if args.every is not None:
+        if not _saver.MIN_EVERY <= args.every <= _saver.MAX_EVERY:
+            raise CliError(
+                f"--every must be from {_saver.MIN_EVERY:g} to {_saver.MAX_EVERY:g} seconds", 2
+            )
+        return _saver.run_every(args.every, saver)
     with _state.open_store() as store:
         if store is None:
             return 1
-        arrangement = store.load()
-        for leaf in arrangement.leaves():
-            total += 1
-            ref: RestorationRef | None = leaf.ref
-            if ref is None:
-                continue
-            r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
-            if r is None:
-                continue
-            live += 1
-            new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
-            if new != leaf:
-                store.update_session(new)
-                changed += 1
-    print(save_summary(total, live, changed), file=sys.stderr)
+        report = saver.run_pass(store)
+    for problem in report.problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
+    print(save_summary(report.total, report.live, report.changed, report.outputs), file=sys.stderr)
     return 0

@@ -221,6 +221,12 @@ class ArrangementStore:
         """The arrangement, with saved scrollback and notices."""
         return self._read(lambda c: _with_bytes(c, _read_doc(c)))
 
+    def load_outline(self) -> Arrangement:
+        """The arrangement without its bytes fields (``scrollback`` and
+        ``notice`` None): for a caller that asks who is where, often, and
+        would otherwise read every saved scrollback each time."""
+        return self._read(_read_doc)
+
     def pending_closes(self) -> list[PendingClose]:
         """Closes staged and not completed, oldest first."""
         return self._read(_read_pending)
