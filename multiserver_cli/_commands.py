@@ -33,6 +33,7 @@ from multiserver import (
     describe_exit,
     dial_blocking,
     escaped,
+    exit_status,
     launch_env,
 )
 from multiserver_cli import _shown, _state
@@ -43,6 +44,7 @@ from multiserver_cli._names import (
     Create,
     Found,
     Refused,
+    Resolution,
     SavedOnly,
     Session,
     Survey,
@@ -54,7 +56,6 @@ from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     Located,
     check_name,
-    find_session,
     live_or_fail,
     located,
     lookup,
@@ -62,7 +63,7 @@ from multiserver_cli._sessions import (
     survey,
 )
 from multiserver_cli._state import end_child, open_store
-from restore import ArrangementStore
+from restore import ArrangementStore, SessionLeaf
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
@@ -230,7 +231,37 @@ def cmd_attach(args: Namespace) -> int:
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     with open_store() as store:
-        return _attach_found(args, find_session(name, _number(args), "attach", store), store)
+        resolution = lookup(name, _number(args), "attach", store)
+        ended = _saved_end(resolution)
+        if ended is not None:
+            return _attach_saved_end(store, ended)
+        return _attach_found(args, live_or_fail(name, resolution), store)
+
+
+def _saved_end(resolution: Resolution | Located) -> SessionLeaf | None:
+    """The saved leaf of a session whose program had ended, unseen, and
+    whose daemon is gone (restore reported it ``ended`` and kept it): its
+    saved output is all there is to show."""
+    if isinstance(resolution, SavedOnly):
+        leaf = resolution.session.leaf
+        if leaf is not None and leaf.exit_code is not None:
+            return leaf
+    return None
+
+
+def _attach_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
+    """Show what an ended session showed last, as an exited live one is
+    shown, then forget it (a durable close, as ``kill NAME`` does): it has
+    been seen."""
+    from multiserver_cli import _proxy
+
+    assert leaf.exit_code is not None
+    replay = (leaf.notice or b"") + (leaf.scrollback or b"")
+    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
+    if _state.stage_close_named(store, leaf.name) is not None:
+        _state.finish_pending_closes(store)
+    say(f"[{leaf.name} {describe_exit(leaf.exit_code)}]", not replay or replay.endswith(b"\n"))
+    return exit_status(leaf.exit_code)
 
 
 def _attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
@@ -357,7 +388,15 @@ def cmd_peek(args: Namespace) -> int:
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
     with open_store() as store:
-        found = find_session(args.name, _number(args), "peek", store)
+        resolution = lookup(args.name, _number(args), "peek", store)
+        ended = _saved_end(resolution)
+        if ended is not None:
+            output = ended.scrollback or b""
+            n = len(output) if args.bytes is None else min(args.bytes, len(output))
+            sys.stdout.buffer.write(output[len(output) - n :])
+            sys.stdout.buffer.flush()
+            return 0
+        found = live_or_fail(args.name, resolution)
     with (
         bounded("peek"),
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,

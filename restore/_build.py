@@ -214,6 +214,8 @@ async def _carry_out(
             )
     if d.outcome == "ended" and att is not None and leaf.name in att.claimed:
         await _keep_ended(session, att, store)
+    elif d.outcome == "ended":  # its daemon is gone: the saved leaf says how it ended
+        session.exit_code = leaf.exit_code
     if d.collect and att is not None and att.client is not None:
         result = att.claimed[leaf.name]
         assert result.child is not None

@@ -279,3 +279,37 @@ async def test_a_period_that_is_no_period_is_refused_in_one_line(ms_dirs: MsDirs
             2,
             b"multiserver: --every must be from 1 to 86400 seconds\n",
         ), every
+
+
+async def test_an_ended_session_whose_daemon_is_gone_is_shown_once_from_the_store(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """A program that ended while nobody watched, then a reboot: restore says
+    it ended and keeps it; ``peek`` prints its saved output; ``attach`` shows
+    it with the exit code, then forgets it: the next restore does not know it."""
+    script = "echo ender-said-$((6*7)); exit 4"
+    await ms(ms_dirs, "new", "-d", "-n", "ender", "--", "sh", "-c", script)
+    await wait_session(ms_dirs, "ender", lambda c: c is not None and c.state == "exited", "ended")
+    await ms(ms_dirs, "save", "--scrollback")
+    leaf = saved_leaf("ender")
+    assert leaf is not None and leaf.exit_code == 4, leaf
+    [daemon] = daemon_pids_for(ms_dirs.paths.socket)
+    os.kill(daemon, signal.SIGKILL)
+    await wait_until(lambda: is_dead(daemon), 10, "the daemon's death")
+
+    report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+    [ender] = report["sessions"]
+    assert (ender["name"], ender["outcome"], ender["exit_code"]) == ("ender", "ended", 4), ender
+    peeked = await ms(ms_dirs, "peek", "ender")
+    assert peeked.stdout == b"ender-said-42\r\n"
+    for n, tail in (("0", b""), ("3", b"2\r\n"), ("999", b"ender-said-42\r\n")):
+        assert (await ms(ms_dirs, "peek", "--bytes", n, "ender")).stdout == tail
+
+    t = open_terminal()
+    await t.wait_prompt()
+    t.line("multiserver attach ender; echo status=$?")
+    screen = await t.wait_screen("status=4")
+    assert screen.index("ender-said-42") < screen.index("[ender exited with code 4]"), screen
+    assert saved_leaf("ender") is None
+    report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+    assert report["sessions"] == []
