@@ -340,7 +340,10 @@ def cmd_ls(args: Namespace) -> int:
     for problem in view.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.
-    rows = [s for s in sessions(view) if s.child is not None]
+    every = sessions(view)
+    rows = [s for s in every if s.child is not None]
+    # Programs that ended unseen, their daemon gone: kept until seen (attach, peek).
+    ended = [e for s in every if s.child is None and (e := _saved_end(SavedOnly(s)))]
     records = _shown.load()
     waiting = [_waiting(s, records) for s in rows]
     _shown.prune(
@@ -350,8 +353,11 @@ def cmd_ls(args: Namespace) -> int:
         all_seen=not args.daemon_given and not view.problems,
     )
     if args.json:
-        print_json([_session_json(s, w) for s, w in zip(rows, waiting, strict=True)])
-    elif rows:
+        print_json(
+            [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
+            + [_saved_end_json(leaf) for leaf in ended]
+        )
+    elif rows or ended:
         several = len({s.socket for s in rows}) > 1
         print(
             ls_table(
@@ -359,6 +365,7 @@ def cmd_ls(args: Namespace) -> int:
                 time.time(),
                 daemons=[s.daemon for s in rows] if several else None,
                 waiting=waiting,
+                ended=ended,
             )
         )
     elif not view.problems:
@@ -375,6 +382,33 @@ def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int]
     if c.held:
         return None
     return _shown.unseen(c.buffered_bytes, c.dropped_bytes, records.get((s.instance_id, c.id), 0))
+
+
+def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
+    """An ended session whose daemon is gone, for ``ls --json``: the fields
+    of a live one, those only a live child has null, ``saved`` true."""
+    ref = leaf.ref
+    return {
+        "name": leaf.name,
+        "id": None,
+        "pid": None,
+        "state": "exited",
+        "exit_code": leaf.exit_code,
+        "argv": [escaped(a) for a in leaf.argv],
+        "cwd": escaped(leaf.cwd),
+        "tty": None,
+        "held": False,
+        "buffered_bytes": len(leaf.scrollback or b""),
+        "dropped_bytes": 0,
+        "started_at": leaf.created_at or None,
+        "exited_at": None,
+        "linger": None,
+        "socket": None if ref is None else ref.socket,
+        "daemon_instance": None if ref is None else ref.instance_id,
+        "saved": True,
+        "waiting_bytes": len(leaf.scrollback or b""),
+        "waiting_dropped_bytes": 0,
+    }
 
 
 def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:

@@ -300,6 +300,14 @@ async def test_an_ended_session_whose_daemon_is_gone_is_shown_once_from_the_stor
     report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
     [ender] = report["sessions"]
     assert (ender["name"], ender["outcome"], ender["exit_code"]) == ("ender", "ended", 4), ender
+    # Listed as a live ended session is, with what it left to see.
+    listed = await sessions(ms_dirs)
+    assert list(listed) == ["ender"]
+    assert (listed["ender"]["state"], listed["ender"]["exit_code"]) == ("exited", 4)
+    assert (listed["ender"]["pid"], listed["ender"]["saved"]) == (None, True)
+    assert listed["ender"]["waiting_bytes"] == len(b"ender-said-42\r\n")
+    table = (await ms(ms_dirs, "ls")).stdout.decode()
+    assert re.search(r"^ender +exited with code 4 \(saved: its daemon is gone\) ", table, re.M)
     peeked = await ms(ms_dirs, "peek", "ender")
     assert peeked.stdout == b"ender-said-42\r\n"
     for n, tail in (("0", b""), ("3", b"2\r\n"), ("999", b"ender-said-42\r\n")):
@@ -311,5 +319,40 @@ async def test_an_ended_session_whose_daemon_is_gone_is_shown_once_from_the_stor
     screen = await t.wait_screen("status=4")
     assert screen.index("ender-said-42") < screen.index("[ender exited with code 4]"), screen
     assert saved_leaf("ender") is None
+    assert await sessions(ms_dirs) == {}
+    report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+    assert report["sessions"] == []
+
+
+async def test_restore_keeps_an_ended_session_listed_until_attached_or_killed(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """Two programs that ended while nobody watched, their daemon alive:
+    restore reports both and keeps both (twice over); ls lists them with
+    their codes; attach shows one's output and forgets it; kill forgets the
+    other; a restore after that has nothing left to report."""
+    for name, code in (("ender1", 4), ("ender2", 5)):
+        script = f"echo {name}-said-$((6*7)); exit {code}"
+        await ms(ms_dirs, "new", "-d", "-n", name, "--", "sh", "-c", script)
+    for name in ("ender1", "ender2"):
+        await wait_session(ms_dirs, name, lambda c: c is not None and c.state == "exited", "ended")
+    for _ in range(2):
+        report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+        outcomes = {s["name"]: (s["outcome"], s["exit_code"]) for s in report["sessions"]}
+        assert outcomes == {"ender1": ("ended", 4), "ender2": ("ended", 5)}, report
+        listed = {n: (s["state"], s["exit_code"]) for n, s in (await sessions(ms_dirs)).items()}
+        assert listed == {"ender1": ("exited", 4), "ender2": ("exited", 5)}
+
+    t = open_terminal()
+    await t.wait_prompt()
+    t.line("multiserver attach ender1; echo status=$?")
+    screen = await t.wait_screen("status=4")
+    assert screen.index("ender1-said-42") < screen.index("[ender1 exited with code 4]"), screen
+    assert list(await sessions(ms_dirs)) == ["ender2"]
+    assert saved_leaf("ender1") is None
+
+    await ms(ms_dirs, "kill", "ender2")
+    assert await sessions(ms_dirs) == {}
+    assert saved_leaf("ender2") is None
     report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
     assert report["sessions"] == []
