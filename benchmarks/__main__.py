@@ -29,6 +29,7 @@ from benchmarks import (
     memory,
     reattach,
     restoring,
+    scrollback,
     throughput,
 )
 from benchmarks.report import (
@@ -58,6 +59,7 @@ MODULES: tuple[ModuleType, ...] = (
     restoring,
     drain,
     commands,
+    scrollback,
 )
 RUNS = 7
 QUICK_RUNS = 3

@@ -42,6 +42,12 @@ Redraw = Literal["none", "winch", "ctrl_l"]
 Say = Callable[[str, bool], None]
 # Closes a session whose program exited: collect it, forget its saved session.
 CloseExited = Callable[[SyncClient, ChildInfo], None]
+# Keeps what the terminal showed as the session's saved scrollback (one store
+# transaction); True: the last time, at detach (a failure may then be said).
+SaveScreen = Callable[[bytes, bool], None]
+# While output flows, what the terminal shows is saved at most this often
+# (seconds), from the main thread: the copy loop never waits for the store.
+SAVE_EVERY = 3.0
 # How much of what the terminal showed goes back to the daemon on detach.
 SCREEN_KEEP = 256 * 1024
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
@@ -58,6 +64,37 @@ class _Outcome:
     taken: bool = False
     signal: int | None = None
     reason: str | None = None  # the proxy's, once it returned
+
+
+@attrs.define
+class _ScreenSaver:
+    """Saves what the terminal shows every ``every`` seconds while output
+    flows (``Screen.recorded`` moved since the last save), and not at all
+    while it does not. The first save comes one period in and includes the
+    replay: a relaunch's notice, once shown, lives on in the scrollback."""
+
+    screen: _proxy.Screen
+    save: SaveScreen
+    every: float = SAVE_EVERY
+    _saved: int = 0  # screen.recorded as of the last save
+    _due: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        self._due = time.monotonic() + self.every
+
+    def wait(self) -> float:
+        """Seconds until the next save is due."""
+        return max(0.0, self._due - time.monotonic())
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.every
+        if self.screen.recorded == self._saved:
+            return
+        data, self._saved = self.screen.snapshot()
+        self.save(data, False)
 
 
 def _ends_line(shown: OutputBuffer) -> bool:
@@ -115,6 +152,7 @@ def run_attached(
     redraw: Redraw,
     say: Say,
     close_exited: CloseExited,
+    save_screen: SaveScreen | None = None,
 ) -> int:
     """Attach this terminal to ``child`` whose ``master`` we hold (and own).
     A program that exits meanwhile is closed with ``close_exited``.
@@ -122,8 +160,11 @@ def run_attached(
 
     Two loops: the copy loop (``_proxy.proxy``, in a thread: terminal <->
     PTY) and this thread's, which answers the daemon's notices (taken
-    elsewhere, exited) and signals (a size change, a hangup), and stops the
-    copy loop through its ``ctl`` pipe.
+    elsewhere, exited) and signals (a size change, a hangup), stops the
+    copy loop through its ``ctl`` pipe, and, with ``save_screen``, saves
+    what the terminal shows every SAVE_EVERY seconds while output flows
+    and once more when the session is released (not when it was taken
+    elsewhere, whose new holder saves it, nor when it exited).
     """
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if not os.isatty(stdin):
@@ -140,6 +181,7 @@ def run_attached(
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_w, False)
     outcome = _Outcome()
+    saver: _ScreenSaver | None = None
     copier: threading.Thread | None = None
     try:
         # Raw mode; on every way out, the terminal reset (alternate screen
@@ -157,9 +199,11 @@ def run_attached(
                 finally:
                     os.write(done_w, b"x")
 
+            if save_screen is not None:
+                saver = _ScreenSaver(screen, save_screen)
             copier = threading.Thread(target=copy, name="copy", daemon=True)
             copier.start()
-            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w)
+            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, saver)
             copier.join()
             copier = None
             if outcome.exit_code is not None:
@@ -183,6 +227,8 @@ def run_attached(
     client.release([child.id], replace_output=kept)
     # So that ls counts as WAITING only what comes after this screen.
     _shown.record(client.instance_id, child.id, len(kept))
+    if save_screen is not None:
+        save_screen(kept, True)
     if outcome.signal is not None:
         return 128 + outcome.signal
     if outcome.reason == _proxy.TERMINAL_GONE:
@@ -199,10 +245,12 @@ def _watch(
     sig_r: int,
     done_r: int,
     ctl_w: int,
+    saver: _ScreenSaver | None = None,
 ) -> None:
     """Until the copy loop returns: answer notices and signals; stop the
     copy loop (``ctl_w``) when the session is taken, exits or we are told to
-    go. After a PTY EOF, wait a while for the exit notice."""
+    go; save the screen when due (``saver``). After a PTY EOF, wait a while
+    for the exit notice."""
     watched = [done_r, sig_r, client.fileno()]
     stopping = False
     while True:
@@ -223,7 +271,9 @@ def _watch(
                     outcome.exit_code = notice.exit_code
                 os.write(ctl_w, b"x")
                 stopping = True
-        ready, _, _ = select.select(watched, [], [])
+        ready, _, _ = select.select(watched, [], [], None if saver is None else saver.wait())
+        if saver is not None and not stopping:
+            saver.tick()
         if sig_r in ready:
             for signum in os.read(sig_r, 64):
                 if signum == signal.SIGWINCH:

@@ -33,6 +33,7 @@ from multiserver import (
     describe_exit,
     dial_blocking,
     escaped,
+    exit_status,
     launch_env,
 )
 from multiserver_cli import _shown, _state
@@ -43,6 +44,7 @@ from multiserver_cli._names import (
     Create,
     Found,
     Refused,
+    Resolution,
     SavedOnly,
     Session,
     Survey,
@@ -54,16 +56,14 @@ from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     Located,
     check_name,
-    find_session,
     live_or_fail,
     located,
     lookup,
-    scan,
     scope_of,
     survey,
 )
 from multiserver_cli._state import end_child, open_store
-from restore import ArrangementStore, RestorationRef, SessionLeaf, StoreError
+from restore import ArrangementStore, SessionLeaf, StoreError
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
@@ -198,6 +198,9 @@ def cmd_new(args: Namespace) -> int:
                 redraw=args.redraw,
                 say=say,
                 close_exited=_closer(store),
+                save_screen=_state.screen_saver(
+                    store, client.socket_path, client.instance_id, launched.child.id
+                ),
             )
 
 
@@ -228,7 +231,37 @@ def cmd_attach(args: Namespace) -> int:
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     with open_store() as store:
-        return _attach_found(args, find_session(name, _number(args), "attach", store), store)
+        resolution = lookup(name, _number(args), "attach", store)
+        ended = _saved_end(resolution)
+        if ended is not None:
+            return _attach_saved_end(store, ended)
+        return _attach_found(args, live_or_fail(name, resolution), store)
+
+
+def _saved_end(resolution: Resolution | Located) -> SessionLeaf | None:
+    """The saved leaf of a session whose program had ended, unseen, and
+    whose daemon is gone (restore reported it ``ended`` and kept it): its
+    saved output is all there is to show."""
+    if isinstance(resolution, SavedOnly):
+        leaf = resolution.session.leaf
+        if leaf is not None and leaf.exit_code is not None:
+            return leaf
+    return None
+
+
+def _attach_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
+    """Show what an ended session showed last, as an exited live one is
+    shown, then forget it (a durable close, as ``kill NAME`` does): it has
+    been seen."""
+    from multiserver_cli import _proxy
+
+    assert leaf.exit_code is not None
+    replay = (leaf.notice or b"") + (leaf.scrollback or b"")
+    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
+    if _state.stage_close_named(store, leaf.name) is not None:
+        _state.finish_pending_closes(store)
+    say(f"[{leaf.name} {describe_exit(leaf.exit_code)}]", not replay or replay.endswith(b"\n"))
+    return exit_status(leaf.exit_code)
 
 
 def _attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
@@ -266,6 +299,9 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
             redraw=args.redraw,
             say=say,
             close_exited=_closer(store),
+            save_screen=_state.screen_saver(
+                store, client.socket_path, client.instance_id, child.id
+            ),
         )
 
 
@@ -304,7 +340,10 @@ def cmd_ls(args: Namespace) -> int:
     for problem in view.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.
-    rows = [s for s in sessions(view) if s.child is not None]
+    every = sessions(view)
+    rows = [s for s in every if s.child is not None]
+    # Programs that ended unseen, their daemon gone: kept until seen (attach, peek).
+    ended = [e for s in every if s.child is None and (e := _saved_end(SavedOnly(s)))]
     records = _shown.load()
     waiting = [_waiting(s, records) for s in rows]
     _shown.prune(
@@ -314,8 +353,11 @@ def cmd_ls(args: Namespace) -> int:
         all_seen=not args.daemon_given and not view.problems,
     )
     if args.json:
-        print_json([_session_json(s, w) for s, w in zip(rows, waiting, strict=True)])
-    elif rows:
+        print_json(
+            [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
+            + [_saved_end_json(leaf) for leaf in ended]
+        )
+    elif rows or ended:
         several = len({s.socket for s in rows}) > 1
         print(
             ls_table(
@@ -323,6 +365,7 @@ def cmd_ls(args: Namespace) -> int:
                 time.time(),
                 daemons=[s.daemon for s in rows] if several else None,
                 waiting=waiting,
+                ended=ended,
             )
         )
     elif not view.problems:
@@ -341,6 +384,33 @@ def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int]
     return _shown.unseen(c.buffered_bytes, c.dropped_bytes, records.get((s.instance_id, c.id), 0))
 
 
+def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
+    """An ended session whose daemon is gone, for ``ls --json``: the fields
+    of a live one, those only a live child has null, ``saved`` true."""
+    ref = leaf.ref
+    return {
+        "name": leaf.name,
+        "id": None,
+        "pid": None,
+        "state": "exited",
+        "exit_code": leaf.exit_code,
+        "argv": [escaped(a) for a in leaf.argv],
+        "cwd": escaped(leaf.cwd),
+        "tty": None,
+        "held": False,
+        "buffered_bytes": len(leaf.scrollback or b""),
+        "dropped_bytes": 0,
+        "started_at": leaf.created_at or None,
+        "exited_at": None,
+        "linger": None,
+        "socket": None if ref is None else ref.socket,
+        "daemon_instance": None if ref is None else ref.instance_id,
+        "saved": True,
+        "waiting_bytes": len(leaf.scrollback or b""),
+        "waiting_dropped_bytes": 0,
+    }
+
+
 def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:
     assert s.child is not None
     out = child_json(s.child, s.socket, s.instance_id, saved=s.saved)
@@ -352,7 +422,15 @@ def cmd_peek(args: Namespace) -> int:
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
     with open_store() as store:
-        found = find_session(args.name, _number(args), "peek", store)
+        resolution = lookup(args.name, _number(args), "peek", store)
+        ended = _saved_end(resolution)
+        if ended is not None:
+            output = ended.scrollback or b""
+            n = len(output) if args.bytes is None else min(args.bytes, len(output))
+            sys.stdout.buffer.write(output[len(output) - n :])
+            sys.stdout.buffer.flush()
+            return 0
+        found = live_or_fail(args.name, resolution)
     with (
         bounded("peek"),
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,
@@ -467,37 +545,26 @@ def _end(client: SyncClient, child: ChildInfo, signum: int, only_signal: bool) -
 # --- save -------------------------------------------------------------------------
 
 
-@attrs.frozen
-class _Refresh:
-    cwd: str | None
-    title: str | None
-
-
 def cmd_save(args: Namespace) -> int:
     """Refresh every live session's cwd (the foreground process's, where the
-    OS tells it) and title (its foreground command) in the arrangement."""
-    refresh: dict[tuple[str, str, int], _Refresh] = {}
-    for d in scan(_number(args), foreground=True).daemons:
-        for c in d.children:
-            title = " ".join(map(escaped, c.fg_argv)) if c.fg_argv else None
-            refresh[(str(d.socket), d.instance_id, c.id)] = _Refresh(c.fg_cwd, title)
-    changed = live = total = 0
+    OS tells it) and title (its foreground command) in the arrangement;
+    with ``--scrollback``, keep what each session not held by a client
+    shows as its scrollback; with ``--every S``, again every S seconds
+    (``_saver``)."""
+    from multiserver_cli import _saver
+
+    saver = _saver.Saver(scrollback=args.scrollback, number=_number(args))
+    if args.every is not None:
+        if not _saver.MIN_EVERY <= args.every <= _saver.MAX_EVERY:
+            raise CliError(
+                f"--every must be from {_saver.MIN_EVERY:g} to {_saver.MAX_EVERY:g} seconds", 2
+            )
+        return _saver.run_every(args.every, saver)
     with _state.open_store() as store:
         if store is None:
             return 1
-        arrangement = store.load()
-        for leaf in arrangement.leaves():
-            total += 1
-            ref: RestorationRef | None = leaf.ref
-            if ref is None:
-                continue
-            r = refresh.get((ref.socket, ref.instance_id, ref.child_id))
-            if r is None:
-                continue
-            live += 1
-            new = attrs.evolve(leaf, cwd=r.cwd or leaf.cwd, title=r.title or leaf.title)
-            if new != leaf:
-                store.update_session(new)
-                changed += 1
-    print(save_summary(total, live, changed), file=sys.stderr)
+        report = saver.run_pass(store)
+    for problem in report.problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
+    print(save_summary(report.total, report.live, report.changed, report.outputs), file=sys.stderr)
     return 0

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from multiserver import ChildInfo, describe_exit, escaped
 from multiserver._paths import SOCKET_RE
+
+if TYPE_CHECKING:
+    from restore import SessionLeaf
 
 
 def print_json(value: object) -> None:
@@ -56,12 +61,15 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def save_summary(total: int, live: int, changed: int) -> str:
+def save_summary(total: int, live: int, changed: int, outputs: int | None = None) -> str:
     """What ``save`` did: every saved session is saved; ``live`` of them
-    were asked for their cwd and title, ``changed`` of those had moved on."""
+    were asked for their cwd and title, ``changed`` of those had moved on;
+    ``outputs``: how many had what they showed kept (``--scrollback``)."""
     if total == 0:
         return "nothing to save: no saved sessions"
     line = f"saved {plural(total, 'session')} ({changed} updated"
+    if outputs is not None:
+        line += f", scrollback of {outputs} kept"
     if total > live:
         gone = total - live
         line += f"; {gone} not running, kept as {'it was' if gone == 1 else 'they were'}"
@@ -91,10 +99,13 @@ def ls_table(
     now: float,
     daemons: list[str] | None = None,
     waiting: list[tuple[int, int] | None] | None = None,
+    ended: Sequence[SessionLeaf] = (),
 ) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
     children come from more than one). ``waiting``: each child's WAITING
-    figures (default: what its daemon buffers). An argv or cwd that is not
+    figures (default: what its daemon buffers). ``ended``: saved sessions
+    whose program had ended unseen and whose daemon is gone, listed after
+    the children (WAITING: their saved output). An argv or cwd that is not
     UTF-8 is shown escaped (``caf\\xe9``)."""
     if waiting is None:
         waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
@@ -116,4 +127,16 @@ def ls_table(
     if daemons is not None:
         header.insert(1, "DAEMON")
         rows = [[r[0], d, *r[1:]] for r, d in zip(rows, daemons, strict=True)]
+    for leaf in ended:
+        assert leaf.exit_code is not None
+        row = [
+            leaf.name,
+            f"{describe_exit(leaf.exit_code)} (saved: its daemon is gone)",
+            "-",
+            _truncate(shlex.join(escaped(a) for a in leaf.argv), 40),
+            _truncate(escaped(leaf.cwd), 40),
+            human_age(now - leaf.created_at) if leaf.created_at else "-",
+            human_bytes(len(leaf.scrollback or b"")),
+        ]
+        rows.append(row if daemons is None else [row[0], "-", *row[1:]])
     return table(header, rows)

@@ -24,6 +24,7 @@ import errno
 import os
 import select
 import termios
+import threading
 import time
 import tty
 from collections.abc import Callable, Iterator
@@ -103,15 +104,30 @@ class Screen:
     ``fd``, outside the copy loop). Everything shown is recorded: in
     ``shown`` (exact: the program's bytes as the terminal got them, its
     queries removed from a replay, nothing of this client's own) and in
-    ``modes``."""
+    ``modes``. ``recorded`` counts every byte recorded: it grows while
+    output flows.
+
+    The copy loop records from its thread; another thread reads what was
+    shown with ``snapshot`` only (a lock, uncontended but for that copy,
+    keeps the two apart)."""
 
     fd: int
     shown: OutputBuffer
     modes: ScreenModes = attrs.Factory(ScreenModes)
+    recorded: int = 0
+    _lock: threading.Lock = attrs.Factory(threading.Lock)
 
     def record(self, data: bytes) -> None:
-        self.shown.append(data)
+        with self._lock:
+            self.shown.append(data)
+            self.recorded += len(data)
         self.modes.feed(data)
+
+    def snapshot(self) -> tuple[bytes, int]:
+        """What was shown (``shown``'s bytes) and ``recorded`` at that
+        moment, from any thread."""
+        with self._lock:
+            return self.shown.peek()[0], self.recorded
 
     def replay(self, replay: bytes, *, answers_to: int | None) -> AnswerFilter | None:
         """Write ``replay`` without the queries in it. If ``answers_to`` (the

@@ -240,7 +240,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = _sub(
-        subs, "save", "refresh the saved cwd and title of every live session", "multiserver save"
+        subs,
+        "save",
+        "refresh the saved cwd and title of every live session (--scrollback: and what it shows)",
+        "multiserver save --scrollback --every 5",
+    )
+    p.add_argument(
+        "--scrollback",
+        action="store_true",
+        help="also keep what each session not attached anywhere shows (its newest 256 KiB),"
+        " for the first attach after a reboot; attached sessions are kept by their client",
+    )
+    p.add_argument(
+        "--every",
+        type=float,
+        metavar="S",
+        help="keep saving, every S seconds (1 to 86400), until stopped (SIGTERM: one last save);"
+        " one per user: for the login service",
     )
 
     p = _sub(

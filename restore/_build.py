@@ -31,7 +31,7 @@ from multiserver import (
     dial,
 )
 from multiserver._paths import default_daemon_number
-from restore._model import Arrangement, PendingLaunch, RestorationRef, SessionLeaf
+from restore._model import Arrangement, PendingLaunch, RestorationRef, SavedOutput, SessionLeaf
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
     ClaimAnswer,
@@ -42,6 +42,7 @@ from restore._plan import (
     RestoreDeadline,
     decide_claimed,
     decide_gone,
+    decide_saved_end,
     decide_timed_out,
     decide_unsettled,
     relaunch_notice,
@@ -96,18 +97,25 @@ def decide_all(
     ``unsettled``: sessions whose earlier relaunch could not be looked for
     (name -> that daemon's socket): never relaunched now."""
     out: list[_Pending] = [
-        _Pending(leaf, decide_gone("never started", options), "") for leaf in plan.unreferenced
+        _Pending(leaf, decide_lost(leaf, "never started", options), "")
+        for leaf in plan.unreferenced
     ]
     for target in phase.timed_out:
+        silent = f"its daemon did not answer within {attach_seconds:g} s"
         out += [
             _Pending(
-                leaf, decide_timed_out(attach_seconds, options), target.socket, None, phase.elapsed
+                leaf,
+                decide_saved_end(leaf, silent, options)
+                or decide_timed_out(attach_seconds, options),
+                target.socket,
+                None,
+                phase.elapsed,
             )
             for leaf in target.leaves
         ]
     for socket, att in phase.attachments.items():
         for gone in att.gone:
-            decision = decide_gone(gone.reason, options)
+            decision = decide_lost(gone.leaf, gone.reason, options)
             out.append(_Pending(gone.leaf, decision, socket, att, att.elapsed))
         by_name = {leaf.name: leaf for leaf in att.target.leaves}
         for name, result in att.claimed.items():
@@ -127,6 +135,12 @@ def decide_all(
         else p
         for p in out
     ]
+
+
+def decide_lost(leaf: SessionLeaf, reason: str, options: Options) -> Decision:
+    """A leaf whose child is gone (``reason``): reported as ended if its
+    saved leaf says the program had ended, else relaunched or expired."""
+    return decide_saved_end(leaf, reason, options) or decide_gone(reason, options)
 
 
 def plan_leaves(plan: Plan) -> list[SessionLeaf]:
@@ -238,6 +252,10 @@ async def _carry_out(
                 f"[multiserver: {result.dropped} earlier bytes were not kept]\r\n".encode()
                 + session.replay
             )
+    if d.outcome == "ended" and att is not None and leaf.name in att.claimed:
+        await _keep_ended(session, att, store)
+    elif d.outcome == "ended":  # its daemon is gone: the saved leaf says how it ended
+        session.exit_code = leaf.exit_code
     if d.collect and att is not None and att.client is not None:
         child = att.claimed[leaf.name].child
         assert child is not None
@@ -245,7 +263,7 @@ async def _carry_out(
     elif d.close and store is not None:
         await _save(session, _durable_close, store, leaf.name)
     if d.relaunch:
-        await _relaunch(session, d, relauncher, store, hold, deadline, taken)
+        await _relaunch(session, d, relauncher, store, hold, deadline, taken, att)
     session.elapsed = p.waited + (trio.current_time() - t0)
     return session
 
@@ -288,6 +306,7 @@ async def _relaunch(
     hold: bool,
     deadline: RestoreDeadline,
     taken: Collection[tuple[str, str, int]],
+    att: DaemonAttachment | None,
 ) -> None:
     leaf = session.leaf
     try:
@@ -312,8 +331,10 @@ async def _relaunch(
     session.daemon = str(relauncher.paths.socket)
     session.master, session.client = launched.master, launched.client
     if launched.found is None:
-        notice = relaunch_notice(leaf, d.reason or d.detail)
-        session.leaf = attrs.evolve(launched.leaf, notice=notice)
+        notice = relaunch_notice(_shown_last(leaf, att), d.reason or d.detail)
+        # The scrollback is in the notice now; what the new program shows
+        # is saved as its own.
+        session.leaf = attrs.evolve(launched.leaf, notice=notice, scrollback=None, exit_code=None)
         session.replay = notice
         if store is not None:
             await _save(session, store.update_session, session.leaf)
@@ -352,6 +373,40 @@ async def _save(session: RestoredSession, change: Callable[..., object], *args: 
         session.saved = False
         return False
     return True
+
+
+async def _keep_ended(
+    session: RestoredSession, att: DaemonAttachment, store: ArrangementStore | None
+) -> None:
+    """An ended child, left uncollected in its daemon for a person to see:
+    its output is what to show (``replay``), and its saved leaf keeps that
+    output and says it ended, for the case its daemon goes before anyone
+    attaches."""
+    result = att.claimed[session.leaf.name]
+    assert result.child is not None and att.client is not None
+    session.exit_code = result.child.exit_code
+    session.replay = result.output
+    if store is not None:
+        client = att.client
+        code = result.child.exit_code
+        saved = SavedOutput(
+            str(client.socket_path), client.instance_id, result.child.id, result.output, code
+        )
+
+        def write() -> None:
+            if not store.save_outputs([saved]):
+                raise KeyError(session.leaf.name)
+
+        await _save(session, write)
+
+
+def _shown_last(leaf: SessionLeaf, att: DaemonAttachment | None) -> SessionLeaf:
+    """``leaf`` with the newest output it showed as its scrollback: that of
+    its ended child, if it was claimed (newer than the saved one)."""
+    result = None if att is None else att.claimed.get(leaf.name)
+    if result is None or not result.output:
+        return leaf
+    return attrs.evolve(leaf, scrollback=result.output)
 
 
 def _durable_close(store: ArrangementStore, name: str) -> None:

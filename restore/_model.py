@@ -13,11 +13,13 @@ Invariants checked on construction (``ValueError`` otherwise): a leaf's name
 matches ``NAME_RE``; session names are unique across the arrangement; a split
 has at least one child and, when given, one size per child. Saved scrollback
 and a pending notice are cut to the newest ``SCROLLBACK_LIMIT`` bytes, starting
-at a safe boundary.
+at a safe boundary, and so is a ``SavedOutput`` (what a session showed, on its
+way to becoming its leaf's scrollback).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -95,6 +97,36 @@ class SessionLeaf:
     # Set while a relaunch of this session is asked and not yet recorded
     # (see PendingLaunch); cleared with the record of its new ``ref``.
     pending_launch: PendingLaunch | None = None
+    # Its program had exited (``ChildInfo.exit_code``: negative for a signal)
+    # when its output was last saved, and nobody has seen that yet: restore
+    # reports it and starts nothing, even once its daemon is gone. None: it
+    # was running.
+    exit_code: int | None = None
+
+
+@attrs.frozen
+class SavedOutput:
+    """What a session showed, to keep as its leaf's ``scrollback``: the leaf
+    is the one whose ``ref`` names this child (daemon socket, instance, child
+    id; the pid is not compared). ``exit_code``: the program had exited
+    (None: it runs). ``output`` is bounded like scrollback."""
+
+    socket: str
+    instance_id: str
+    child_id: int
+    output: bytes = attrs.field(converter=bounded_scrollback)
+    exit_code: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """Its child, as ``ref_key`` gives a leaf's."""
+        return (os.path.normpath(self.socket), self.instance_id, self.child_id)
+
+
+def ref_key(ref: RestorationRef) -> tuple[str, str, int]:
+    """The child a ref names (the pid is never trusted): daemon socket,
+    instance, child id."""
+    return (os.path.normpath(ref.socket), ref.instance_id, ref.child_id)
 
 
 @attrs.frozen

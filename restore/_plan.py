@@ -5,8 +5,10 @@ is stated here, and how the restore's one deadline is shared (``RestoreDeadline`
 Outcomes (one per leaf, never none):
 
     attached    its child was claimed (running)
-    ended       its child had exited while nobody held it: reported, collected,
-                and the session closed (``relaunch_ended`` relaunches it instead)
+    ended       its child had exited while nobody held it (or, its daemon gone,
+                its saved leaf says it had): reported and kept, output and all,
+                until a person attaches (which shows the output and closes it)
+                or kills it; ``relaunch_ended`` relaunches it instead
     relaunched  no child to go back to (no reference, daemon gone, another
                 daemon instance, child unknown): the saved command starts
                 again in the saved cwd
@@ -41,6 +43,8 @@ OUTCOMES: tuple[Outcome, ...] = (
 )
 # What --no-relaunch leaves a session whose child is gone or did not answer.
 NOT_RELAUNCHED = "--no-relaunch: nothing started"
+# What becomes of an ended session: its output waits for a person.
+KEPT_ENDED = "kept until it is attached (which shows its output) or killed"
 
 
 @attrs.frozen
@@ -266,10 +270,27 @@ def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
                 relaunch=True,
                 collect=True,
             )
-        return Decision(
-            "ended", f"session ended ({ended})", relaunch=False, collect=True, close=True
-        )
+        return Decision("ended", f"session ended ({ended}); {KEPT_ENDED}", relaunch=False)
     return Decision("attached", f"pid {child.pid}", relaunch=False)
+
+
+def decide_saved_end(leaf: SessionLeaf, why: str, options: Options) -> Decision | None:
+    """A leaf whose program had ended when its output was last saved
+    (``exit_code``), whose daemon cannot show it now (``why``: gone, or not
+    answering). Nobody saw that end, so it is reported as ended and the leaf
+    kept, with its saved output, as a live ended session would be; nothing
+    is started unless ``relaunch_ended``. None for a leaf that had not ended
+    (see ``decide_gone``)."""
+    if leaf.exit_code is None:
+        return None
+    ended = describe_exit(leaf.exit_code)
+    if options.relaunch_ended:
+        return Decision(
+            "relaunched", f"had ended ({ended}); {why}; started again", relaunch=True, reason=why
+        )
+    return Decision(
+        "ended", f"session ended ({ended}); {why}; its saved output is {KEPT_ENDED}", relaunch=False
+    )
 
 
 def decide_gone(reason: str, options: Options) -> Decision:
@@ -295,8 +316,10 @@ RELAUNCH_MARKER = "--- multiserver: the earlier session expired; a new one was s
 
 def relaunch_notice(leaf: SessionLeaf, why: str) -> bytes:
     """What a relaunched session shows first: its saved scrollback, then a
-    marker line that says what happened."""
-    head = leaf.scrollback or b""
+    marker line that says what happened. A notice nobody has seen yet (an
+    earlier relaunch's, never attached) comes first: the scrollback is what
+    came after it (bounded, the newest bytes kept)."""
+    head = (leaf.notice or b"") + (leaf.scrollback or b"")
     if head and not head.endswith(b"\n"):
         head += b"\r\n"
     return head + f"\x1b[0m{RELAUNCH_MARKER}\r\n({why})\r\n".encode()

@@ -427,3 +427,15 @@ def _filled(leaf: SessionLeaf, saved: dict[str, dict[str, bytes]]) -> SessionLea
 def _with_bytes(conn: sqlite3.Connection, arr: Arrangement) -> Arrangement:
     saved = _saved_bytes(conn)
     return arr.map_leaves(lambda leaf: _filled(leaf, saved)) if saved else arr
+
+
+def _scrollback(conn: sqlite3.Connection, name: str) -> bytes | None:
+    """The saved scrollback of ``name``, or None."""
+    row = conn.execute(
+        "SELECT data FROM leaf_bytes WHERE name = ? AND field = 'scrollback'", (name,)
+    ).fetchone()
+    return row[0] if row is not None and isinstance(row[0], bytes) else None
+
+
+def _put_scrollback(conn: sqlite3.Connection, name: str, data: bytes) -> None:
+    conn.execute("INSERT OR REPLACE INTO leaf_bytes VALUES (?, 'scrollback', ?)", (name, data))

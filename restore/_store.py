@@ -47,7 +47,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,7 +55,7 @@ import attrs
 
 from multiserver._paths import ensure_private_dir, state_dir
 from restore._errors import StoreCorrupt, StoreError, StoreTooNew, _translated
-from restore._model import Arrangement, RestorationRef, SessionLeaf
+from restore._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
 from restore._salvage import salvage
 from restore._schema import (
     SCHEMA_VERSION,
@@ -68,10 +68,12 @@ from restore._schema import (
     _insert_pending,
     _prepare,
     _put_bytes,
+    _put_scrollback,
     _read_doc,
     _read_pending,
     _rollback,
     _saved_bytes,
+    _scrollback,
     _structure,
     _version,
     _with_bytes,
@@ -253,6 +255,12 @@ class ArrangementStore:
         """The arrangement, with saved scrollback and notices."""
         return self._read(lambda c: _with_bytes(c, _read_doc(c)))
 
+    def load_outline(self) -> Arrangement:
+        """The arrangement without its bytes fields (``scrollback`` and
+        ``notice`` None): for a caller that asks who is where, often, and
+        would otherwise read every saved scrollback each time."""
+        return self._read(_read_doc)
+
     def pending_closes(self) -> list[PendingClose]:
         """Closes staged and not completed, oldest first."""
         return self._read(_read_pending)
@@ -320,6 +328,46 @@ class ArrangementStore:
             _put_bytes(c, leaf)
 
         self._write(op)
+
+    def save_outputs(self, outputs: Sequence[SavedOutput]) -> list[str]:
+        """Keep what sessions showed as their leaves' scrollback, all in one
+        transaction. Each output goes to the leaf whose ref names its child
+        (another child under the same name, e.g. relaunched meanwhile, is not
+        touched; an output no leaf refers to is dropped), with its
+        ``exit_code``. A scrollback equal to the saved one is not written
+        again, so saving an idle session costs the disk nothing. Returns the
+        names of the leaves the outputs went to, changed or not."""
+        if not outputs:
+            return []
+        by_child = {o.key: o for o in outputs}
+
+        def op(c: sqlite3.Connection) -> list[str]:
+            arr = _read_doc(c)
+            found: list[str] = []
+            ended: dict[str, int | None] = {}
+            for leaf in arr.leaves():
+                out = None if leaf.ref is None else by_child.get(ref_key(leaf.ref))
+                if out is None:
+                    continue
+                found.append(leaf.name)
+                if leaf.exit_code != out.exit_code:
+                    ended[leaf.name] = out.exit_code
+                if _scrollback(c, leaf.name) != out.output:
+                    _put_scrollback(c, leaf.name, out.output)
+            if ended:
+                _write_doc(
+                    c,
+                    arr.map_leaves(
+                        lambda leaf: (
+                            attrs.evolve(leaf, exit_code=ended[leaf.name])
+                            if leaf.name in ended
+                            else leaf
+                        )
+                    ),
+                )
+            return found
+
+        return self._write(op)
 
     def stage_close(self, name: str) -> SessionLeaf:
         """The commit point of a durable close: in one transaction, record a

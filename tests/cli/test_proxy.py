@@ -1,5 +1,6 @@
 """The terminal side of ``_proxy`` where the command cannot be made to go:
-an attach that fails half-way, and the terminal's shared file flags.
+an attach that fails half-way, the terminal's shared file flags, and what
+was shown read from another thread than the copy loop's (to be saved).
 
 Everything else about the copy loop is tested by driving ``multiserver
 attach`` in a window (``test_attach_terminal.py``, ``test_attach_tmux.py``).
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import os
 import termios
+import threading
 
 import pytest
 
 from multiserver._buffer import OutputBuffer
-from multiserver_cli._proxy import _terminal_output, attached_terminal
+from multiserver_cli._attach import _ScreenSaver
+from multiserver_cli._proxy import Screen, _terminal_output, attached_terminal
 
 
 def _read_all(fd: int) -> bytes:
@@ -77,3 +80,54 @@ def test_the_terminal_is_written_without_touching_the_shells_file_flags() -> Non
     finally:
         os.close(master)
         os.close(slave)
+
+
+# --- what the terminal showed, read from the main thread while the copy loop records
+
+
+def test_a_snapshot_from_another_thread_never_sees_a_torn_screen() -> None:
+    """The copy loop records while the main thread takes snapshots (to save
+    them): every snapshot is a run of whole chunks, the newest ones, and
+    ``recorded`` counts exactly what had been recorded when it was taken."""
+    screen = Screen(-1, OutputBuffer(4096))
+    chunks = [b"%06d\n" % i for i in range(20_000)]
+    done = threading.Event()
+
+    def copy_loop() -> None:
+        for chunk in chunks:
+            screen.record(chunk)
+        done.set()
+
+    copier = threading.Thread(target=copy_loop)
+    copier.start()
+    snapshots = []
+    while not done.is_set():
+        snapshots.append(screen.snapshot())
+    copier.join()
+    snapshots.append(screen.snapshot())
+    for data, recorded in snapshots:
+        assert len(data) <= 4096 and recorded % 7 == 0 and len(data) % 7 == 0
+        n = recorded // 7
+        assert data == b"".join(chunks[n - len(data) // 7 : n])
+    assert snapshots[-1][1] == 7 * len(chunks)
+
+
+def test_the_screen_is_saved_only_when_due_and_only_if_output_flowed() -> None:
+    screen = Screen(-1, OutputBuffer(99))
+    saved: list[tuple[bytes, bool]] = []
+    saver = _ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=0.0)
+    saver.tick()
+    assert saved == []  # nothing shown yet
+    screen.record(b"replay\r\n")
+    saver.tick()
+    assert saved == [(b"replay\r\n", False)]
+    saver.tick()
+    assert len(saved) == 1  # nothing new since
+    screen.record(b"more")
+    saver.tick()
+    assert saved[-1] == (b"replay\r\nmore", False)
+
+    slow = _ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=60.0)
+    screen.record(b"!")
+    slow.tick()
+    assert len(saved) == 2 and 59 < slow.wait() <= 60

@@ -14,6 +14,7 @@ from multiserver import ChildInfo
 from restore import Arrangement, PendingLaunch, RestorationRef, SessionLeaf, Split, Tab, Window
 from restore._plan import (
     ATTACH_SHARE,
+    KEPT_ENDED,
     OUTCOMES,
     RELAUNCH_MARKER,
     ClaimAnswer,
@@ -24,6 +25,7 @@ from restore._plan import (
     RestoreDeadline,
     decide_claimed,
     decide_gone,
+    decide_saved_end,
     decide_timed_out,
     decide_unsettled,
     match_children,
@@ -171,16 +173,17 @@ def test_claimed_running_child_is_attached(options: Options) -> None:
 
 
 @pytest.mark.parametrize("options", [RELAUNCH, NO_RELAUNCH])
-def test_claimed_exited_child_is_ended_collected_and_closed(options: Options) -> None:
+def test_claimed_exited_child_is_ended_and_kept_for_a_person(options: Options) -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=3)), options)
     assert d.outcome == "ended"
-    assert d.detail == "session ended (exited with code 3)"
-    assert (d.relaunch, d.collect, d.close) == (False, True, True)
+    assert d.detail == f"session ended (exited with code 3); {KEPT_ENDED}"
+    # Neither collected nor closed: nobody has seen its output yet.
+    assert (d.relaunch, d.collect, d.close) == (False, False, False)
 
 
 def test_claimed_child_killed_by_a_signal_says_which_signal() -> None:
     d = decide_claimed(ClaimAnswer(child(1, exit_code=-9)), RELAUNCH)
-    assert (d.outcome, d.detail) == ("ended", "session ended (killed by SIGKILL)")
+    assert (d.outcome, d.detail) == ("ended", f"session ended (killed by SIGKILL); {KEPT_ENDED}")
     d = decide_claimed(ClaimAnswer(child(1, exit_code=-1)), RELAUNCH_ENDED)
     assert d.detail == "had ended (killed by SIGHUP); started again"
 
@@ -231,6 +234,35 @@ def test_gone_is_relaunched_unless_no_relaunch() -> None:
     for options in EVERY_OPTION:
         assert decide_gone("x", options).collect is False
         assert decide_gone("x", options).close is False
+
+
+# --- decide_saved_end ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [RELAUNCH, NO_RELAUNCH])
+def test_a_leaf_that_saved_its_end_is_ended_when_its_daemon_is_gone(options: Options) -> None:
+    ended = leaf("e", ref(), exit_code=4)
+    d = decide_saved_end(ended, "its daemon is not running", options)
+    assert d is not None
+    assert (d.outcome, d.relaunch, d.collect, d.close) == ("ended", False, False, False)
+    assert d.detail == (
+        "session ended (exited with code 4); its daemon is not running;"
+        f" its saved output is {KEPT_ENDED}"
+    )
+
+
+@pytest.mark.parametrize("options", [RELAUNCH_ENDED, Options(relaunch=False, relaunch_ended=True)])
+def test_relaunch_ended_starts_a_leaf_that_saved_its_end_again(options: Options) -> None:
+    d = decide_saved_end(leaf("e", ref(), exit_code=-1), "its daemon is not running", options)
+    assert d is not None
+    assert (d.outcome, d.relaunch) == ("relaunched", True)
+    assert d.detail == "had ended (killed by SIGHUP); its daemon is not running; started again"
+    assert d.reason == "its daemon is not running"
+
+
+@pytest.mark.parametrize("options", EVERY_OPTION)
+def test_a_leaf_that_did_not_end_is_left_to_decide_gone(options: Options) -> None:
+    assert decide_saved_end(leaf("r", ref()), "gone", options) is None
 
 
 def test_relaunch_ended_alone_does_not_change_gone_or_timed_out() -> None:
@@ -289,6 +321,16 @@ def test_notice_keeps_the_scrollback_byte_exact() -> None:
     notice = relaunch_notice(leaf("x", scrollback=scrollback), "why")
     assert notice[: len(scrollback)] == scrollback
     assert notice.index(RELAUNCH_MARKER.encode()) > len(scrollback)
+
+
+def test_a_notice_nobody_saw_comes_before_the_newer_scrollback() -> None:
+    # Relaunched twice and never attached between: nothing of the first
+    # session is lost, nor shown twice.
+    first = relaunch_notice(leaf("x", scrollback=b"first run\r\n"), "reboot 1")
+    again = leaf("x", scrollback=b"second run\r\n", notice=first)
+    notice = relaunch_notice(again, "reboot 2")
+    assert notice.startswith(first + b"second run\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+    assert notice.endswith(b"(reboot 2)\r\n") and notice.count(b"first run") == 1
 
 
 # --- the restore's one deadline ---------------------------------------------------------

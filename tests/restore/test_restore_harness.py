@@ -209,6 +209,7 @@ async def test_every_outcome_in_one_restore(
     running = a.add_child(["vim"], name="att")
     running.write_output(b"buffered while nobody held it\r\n")
     done = a.add_child(["make"], name="done")
+    done.write_output(b"make: *** [all] Error 3\r\n")
     done.exit(3)
     busy = a.add_child(["sh"], name="busy")
     old = a.add_child(["sh"], name="moved")
@@ -264,7 +265,9 @@ async def test_every_outcome_in_one_restore(
 
         assert (s["done"].outcome, s["done"].exit_code) == ("ended", 3)
         assert s["done"].master is None and "(exited with code 3)" in s["done"].detail
-        assert done.id not in [c.id for c in a.children]  # collected
+        assert "kept until it is attached" in s["done"].detail
+        assert s["done"].replay == b"make: *** [all] Error 3\r\n"  # what nobody saw yet
+        assert done.id in [c.id for c in a.children]  # left for a person: not collected
 
         assert s["busy"].outcome == "failed" and "held by another client" in s["busy"].detail
         assert s["busy"].master is None
@@ -705,7 +708,7 @@ async def test_a_slow_daemon_delays_only_its_own_sessions(
 # --- the saved arrangement --------------------------------------------------------------------
 
 
-async def test_store_gets_new_refs_for_relaunched_and_closes_ended_durably(
+async def test_store_gets_new_refs_for_relaunched_and_keeps_ended_with_their_end(
     ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     relauncher = sim_at(1)
@@ -713,6 +716,7 @@ async def test_store_gets_new_refs_for_relaunched_and_closes_ended_durably(
     w = SimDaemon(ms_dirs.runtime / "w.sock", behavior=Behavior.on(Claim, hang=True))
     live = a.add_child(["vim"], name="live")
     done = a.add_child(["make"], name="done")
+    done.write_output(b"make: *** Error 2\r\n")
     done.exit(2)
     stuck = w.add_child(["top"], name="stuck")
     gone = SessionLeaf(
@@ -746,9 +750,14 @@ async def test_store_gets_new_refs_for_relaunched_and_closes_ended_durably(
     # What the next restore will find (a fresh open: durable, not cached).
     with ArrangementStore.open(path) as store:
         saved = {leaf.name: leaf for leaf in store.load().leaves()}
-        assert store.pending_closes() == []  # the close of "done" completed
-    assert sorted(saved) == ["gone", "live", "stuck"]
+        assert store.pending_closes() == []
+    assert sorted(saved) == ["done", "gone", "live", "stuck"]
     assert saved["live"] == leaves[0]
+    # The ended session stays, with what it showed and how it ended: should
+    # its daemon go before anyone attaches, the next restore still says so.
+    assert saved["done"] == attrs.evolve(
+        leaves[1], scrollback=b"make: *** Error 2\r\n", exit_code=2
+    )
     fresh = {c.name: c for c in relauncher.children}
     s = by_name(result)
     for name in ("stuck", "gone"):
@@ -759,7 +768,8 @@ async def test_store_gets_new_refs_for_relaunched_and_closes_ended_durably(
         assert saved[name].notice == s[name].replay
         assert RELAUNCH_MARKER.encode() in (saved[name].notice or b"")
     assert (saved["gone"].notice or b"").startswith(b"saved\r\n")
-    assert saved["gone"].scrollback == b"saved\r\n"
+    # Moved into the notice: the new program's output will be its scrollback.
+    assert saved["gone"].scrollback is None
 
 
 @pytest.mark.parametrize("how", ["newer-schema", "leaf-removed"])
@@ -1004,12 +1014,13 @@ async def test_the_worst_case_is_one_deadline_not_three(
             nursery.cancel_scope.cancel()
 
 
-async def test_a_collect_past_the_deadline_leaves_the_session_ended(
+async def test_an_ended_session_is_never_collected_so_a_wedged_collect_costs_nothing(
     ms_dirs: MsDirs, workdir: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """A daemon that answers the claim, then never the collect of an ended
-    child: the restore returns at T; the session is ended (and closed), its
-    child left to the daemon until a sweep collects it."""
+    """A daemon that answers the claim, then never a collect: an ended
+    session is reported and left to its daemon at once (it waits for a
+    person). With --relaunch-ended it is collected first: that collect waits
+    until T, and the relaunch is then not done."""
     a = SimDaemon(ms_dirs.runtime / "a.sock", behavior=Behavior.on(Collect, hang=True))
     done = a.add_child(["make"], name="done")
     done.exit(2)
@@ -1019,11 +1030,24 @@ async def test_a_collect_past_the_deadline_leaves_the_session_ended(
             result = await restore_arrangement(
                 arranged([leaf_of(a, done, workdir)]), nursery=nursery, timeout=TIMEOUT
             )
-            assert trio.current_time() - t0 == TIMEOUT
+            assert trio.current_time() == t0  # nothing waited for
             [s] = result.sessions
             assert (s.outcome, s.exit_code) == ("ended", 2)
-            assert "not collected by the restore deadline (10 s)" in s.detail
             assert [c.name for c in a.children] == ["done"]  # the daemon keeps it
+            await release_claims(result)
+
+            t0 = trio.current_time()
+            result = await restore_arrangement(
+                arranged([leaf_of(a, done, workdir)]),
+                nursery=nursery,
+                timeout=TIMEOUT,
+                options=Options(relaunch_ended=True),
+            )
+            assert trio.current_time() - t0 == TIMEOUT
+            [s] = result.sessions
+            assert (s.outcome, s.exit_code) == ("failed", 2)
+            assert "relaunch not done: the restore deadline (10 s) passed" in s.detail
+            assert [c.name for c in a.children] == ["done"]
             await release_claims(result)
             nursery.cancel_scope.cancel()
 

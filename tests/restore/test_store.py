@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import restore._schema as schema_mod
@@ -24,6 +25,7 @@ from restore import (
     ArrangementStore,
     PendingClose,
     RestorationRef,
+    SavedOutput,
     SessionLeaf,
     Split,
     StoreCorrupt,
@@ -284,6 +286,86 @@ def test_scrollback_is_bounded_in_the_store(store: ArrangementStore, path: Path)
     loaded = store.load().find("a")
     assert loaded is not None and loaded.scrollback is not None
     assert len(loaded.scrollback) <= SCROLLBACK_LIMIT and big.endswith(loaded.scrollback)
+
+
+# --- what sessions showed (save_outputs) --------------------------------------------------
+
+
+def out(ref: RestorationRef, output: bytes, exit_code: int | None = None) -> SavedOutput:
+    return SavedOutput(ref.socket, ref.instance_id, ref.child_id, output, exit_code)
+
+
+def bytes_rows(path: Path) -> int:
+    """How many rows leaf_bytes holds."""
+    with raw(path) as conn:
+        n = conn.execute("SELECT count(*) FROM leaf_bytes").fetchone()[0]
+    conn.close()
+    return int(n)
+
+
+def test_outputs_go_to_the_leaves_whose_ref_names_their_child(
+    store: ArrangementStore, path: Path
+) -> None:
+    other = attrs.evolve(REF, child_id=8)
+    store.add_session(leaf("a", ref=REF, notice=b"N"))
+    store.add_session(leaf("b", ref=other, title="T"))
+    store.add_session(leaf("c"))  # never started: no output is ever its own
+    stale = attrs.evolve(REF, instance_id="inst-0")  # an earlier run of the daemon
+    names = store.save_outputs(
+        [
+            out(REF, b"a's screen\r\n"),
+            # The socket as another path to it names the same daemon.
+            out(attrs.evolve(other, socket=other.socket.replace("/ms/", "/ms/./")), b"b", 4),
+            out(stale, b"not a's"),
+        ]
+    )
+    assert sorted(names) == ["a", "b"]
+    saved = {x.name: x for x in ArrangementStore.open(path).load().leaves()}
+    assert saved["a"] == leaf("a", ref=REF, notice=b"N", scrollback=b"a's screen\r\n")
+    assert saved["b"] == leaf("b", ref=other, title="T", scrollback=b"b", exit_code=4)
+    assert saved["c"] == leaf("c")
+    assert store.save_outputs([]) == []
+
+
+def test_an_unchanged_output_is_not_written_again(
+    store: ArrangementStore, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add_session(leaf("a", ref=REF))
+    assert store.save_outputs([out(REF, b"same")]) == ["a"]
+    written: list[bytes] = []
+    put = store_mod._put_scrollback
+    monkeypatch.setattr(
+        store_mod, "_put_scrollback", lambda c, n, d: (written.append(d), put(c, n, d))
+    )
+    assert store.save_outputs([out(REF, b"same")]) == ["a"]
+    assert written == []
+    store.save_outputs([out(REF, b"more")])
+    assert written == [b"more"]
+    assert bytes_rows(path) == 1
+
+
+def test_a_saved_output_is_bounded_and_says_when_its_program_ended(
+    store: ArrangementStore,
+) -> None:
+    big = b"".join(b"%08d\n" % i for i in range(100_000))
+    store.add_session(leaf("a", ref=REF))
+    store.save_outputs([out(REF, big, exit_code=-1)])
+    a = store.load().find("a")
+    assert a is not None and a.scrollback is not None and a.exit_code == -1
+    assert len(a.scrollback) <= SCROLLBACK_LIMIT and big.endswith(a.scrollback)
+    # The same child running again cannot be; a leaf relaunched gets a new ref.
+    store.update_session(leaf("a", ref=attrs.evolve(REF, child_id=9)))
+    store.save_outputs([out(REF, b"old child")])
+    assert store.load().find("a") == leaf("a", ref=attrs.evolve(REF, child_id=9))
+
+
+def test_saving_outputs_into_a_newer_schema_is_refused(store: ArrangementStore, path: Path) -> None:
+    store.add_session(leaf("a", ref=REF))
+    with raw(path) as conn:
+        conn.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
+    conn.close()
+    with ArrangementStore.open(path) as newer, pytest.raises(StoreTooNew):
+        newer.save_outputs([out(REF, b"x")])
 
 
 # --- tolerance ------------------------------------------------------------------------------
