@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         describe_exit,
         exit_status,
     )
+    from multiserver._origin import DaemonOrigin, read_origin
     from multiserver._osstr import escaped
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
     from multiserver._results import ClaimResult, LaunchResult, PeekResult
@@ -65,6 +66,7 @@ _HOMES: dict[str, str] = {
     "DEFAULT_STRIP_ENV": "multiserver._env",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
+    "DaemonOrigin": "multiserver._origin",
     "DaemonTooOld": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
     "LaunchResult": "multiserver._results",
@@ -89,6 +91,7 @@ _HOMES: dict[str, str] = {
     "handshake": "multiserver._client",
     "launch_env": "multiserver._env",
     "open_client": "multiserver._client",
+    "read_origin": "multiserver._origin",
     "remove_stale_socket": "multiserver._stale",
     "runtime_dir": "multiserver._paths",
     "state_dir": "multiserver._paths",
@@ -113,6 +116,7 @@ __all__ = [
     "ConnectionClosed",
     "DaemonConfig",
     "DaemonNotRunning",
+    "DaemonOrigin",
     "DaemonPaths",
     "DaemonTooOld",
     "LaunchResult",
@@ -136,6 +140,7 @@ __all__ = [
     "handshake",
     "launch_env",
     "open_client",
+    "read_origin",
     "remove_stale_socket",
     "runtime_dir",
     "state_dir",
