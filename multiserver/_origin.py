@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal
 
 import attrs
+import cattrs
+
+from multiserver._codec import _strict
 
 Started = Literal["on-demand", "service", "foreground"]
 # Longer than any line written here; a file past it is no origin.
@@ -41,40 +44,17 @@ class DaemonOrigin:
     idle_exit: float | None  # seconds; None: never exits when idle
 
     def to_bytes(self) -> bytes:
-        return (
-            json.dumps(
-                {
-                    "pid": self.pid,
-                    "instance_id": self.instance_id,
-                    "started": self.started,
-                    "idle_exit": self.idle_exit,
-                }
-            )
-            + "\n"
-        ).encode()
+        return (json.dumps(_converter.unstructure(self)) + "\n").encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> DaemonOrigin | None:
         """The origin in ``data``, or None if it holds none (empty, another
-        format, a half-written line). Unknown fields are ignored."""
+        format, a half-written line, a value of the wrong type). Unknown
+        fields are ignored (a newer multiserver may add some)."""
         try:
-            raw = json.loads(data)
-            pid, instance, started, idle = (
-                raw["pid"],
-                raw["instance_id"],
-                raw["started"],
-                raw["idle_exit"],
-            )
-        except (ValueError, TypeError, KeyError):
+            return _converter.structure(json.loads(data), cls)
+        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
             return None
-        if (
-            type(pid) is not int
-            or not isinstance(instance, str)
-            or started not in get_args(Started)
-            or not (idle is None or (isinstance(idle, int | float) and not isinstance(idle, bool)))
-        ):
-            return None
-        return cls(pid, instance, started, None if idle is None else float(idle))
 
     def lifetime(self) -> str:
         """How it started and when it ends, for a person: "started by the
@@ -87,6 +67,19 @@ class DaemonOrigin:
         if self.idle_exit is None:
             return f"{how} (stays up)"
         return f"{how} (exits when idle for {self.idle_exit:g} s)"
+
+
+def _make_converter() -> cattrs.Converter:
+    # The lock file's own: values exactly typed (the wire's checks), unknown
+    # fields tolerated, as saved state's are.
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    conv.register_structure_hook(int, _strict(int, "integer"))
+    conv.register_structure_hook(float, _strict(float, "number"))
+    conv.register_structure_hook(str, _strict(str, "string"))
+    return conv
+
+
+_converter = _make_converter()
 
 
 def write_origin(lock_fd: int, origin: DaemonOrigin) -> None:

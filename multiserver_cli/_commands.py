@@ -134,7 +134,7 @@ def describe_daemon(client: SyncClient) -> str:
     origin = read_origin(paths.lock)
     head = f"daemon {paths.number} (pid {client.daemon_pid}) at {client.socket_path}"
     if origin is None or origin.instance_id != client.instance_id:
-        return f"{head}; how it was started is not known (a daemon of an older multiserver)"
+        return f"{head}; how it was started is not known (its lock file does not say)"
     return f"{head}, {origin.lifetime()}"
 
 

@@ -26,8 +26,10 @@ import re
 from pathlib import Path
 
 import attrs
+import cattrs
 
 from multiserver import runtime_dir, unlink_if_same
+from restore._schema import _exact
 
 DIR_NAME = "multiserver-held"
 _NAME = re.compile(r"^([0-9a-f]+)-([0-9]+)$")
@@ -53,27 +55,28 @@ class Hold:
         return (self.instance_id, self.child_id)
 
     def to_bytes(self) -> bytes:
-        return json.dumps(attrs.asdict(self)).encode()
+        return json.dumps(_converter.unstructure(self)).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Hold | None:
+        """The hold in ``data``, or None if it holds none (another format, a
+        value of the wrong type). Unknown fields are ignored."""
         try:
-            raw = json.loads(data)
-            hold = cls(
-                name=raw["name"],
-                socket=raw["socket"],
-                instance_id=raw["instance_id"],
-                child_id=raw["child_id"],
-                child_pid=raw["child_pid"],
-                client_pid=raw["client_pid"],
-            )
-        except (ValueError, TypeError, KeyError):
+            return _converter.structure(json.loads(data), cls)
+        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
             return None
-        ints = (hold.child_id, hold.child_pid, hold.client_pid)
-        texts = (hold.name, hold.socket, hold.instance_id)
-        if not all(type(v) is int for v in ints) or not all(isinstance(v, str) for v in texts):
-            return None
-        return hold
+
+
+def _make_converter() -> cattrs.Converter:
+    # The records' own: values exactly typed as the store's are, unknown
+    # fields tolerated (a newer multiserver may add some).
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    for kind in (int, str):
+        conv.register_structure_hook(kind, _exact(kind))
+    return conv
+
+
+_converter = _make_converter()
 
 
 def _dir() -> Path:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
+from multiserver._origin import DaemonOrigin
 from tests.cli.conftest import MULTISERVER, person_env, wait_buffered
 from tests.cli.test_service import logged, run_service, tools
 from tests.conftest import (
@@ -139,6 +140,23 @@ async def test_a_daemon_started_on_demand_says_so(ms_dirs: MsDirs) -> None:
         f"daemon 1 (pid {pid}) at {ms_dirs.paths.socket}, started on demand"
         " (exits when idle for 5 s)\n"
     )
+
+
+async def test_a_lock_file_that_does_not_say_is_not_guessed_from(ms_dirs: MsDirs) -> None:
+    """A line another daemon left (SIGKILLed before this one wrote its
+    own), or none (an older multiserver): not this daemon's, so not said."""
+    await run(ms_dirs, "daemon", MULTISERVER_IDLE_EXIT="30")
+    (pid,) = daemon_pids_for(ms_dirs.paths.socket)
+    head = f"daemon 1 (pid {pid}) at {ms_dirs.paths.socket}"
+    other = DaemonOrigin(pid, "0" * 32, "service", None).to_bytes()
+    for line in (other, b"", b"4242\n"):
+        with open(ms_dirs.paths.lock, "r+b") as lock:  # the daemon's own file
+            lock.truncate(0)
+            lock.write(line)
+        said = await run(ms_dirs, "daemon")
+        assert said.stderr.decode() == (
+            f"{head}; how it was started is not known (its lock file does not say)\n"
+        )
 
 
 async def test_the_service_daemon_takes_over_from_one_started_on_demand(

@@ -7,6 +7,8 @@ test's private runtime dir (``ms_dirs``)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +76,29 @@ def test_spare_held_keeps_only_gone_sessions_from_a_relaunch() -> None:
         attached,  # its daemon answered: no hold can be right about it
         gone,  # no hold
     ]
+
+
+def test_a_record_that_is_not_a_hold_does_not_count(ms_dirs: MsDirs) -> None:
+    """Written by something else, or with a value of the wrong type: no
+    hold (restore relaunches as before), and the file is left alone while
+    someone holds it."""
+    d = ms_dirs.runtime / DIR_NAME
+    d.mkdir(mode=0o700, parents=True)
+    bad = dict(
+        name="s",
+        socket="/x",
+        instance_id=INSTANCE,
+        child_id="3",
+        child_pid=os.getpid(),
+        client_pid=1,
+    )
+    for data in (b"", b"[]", b"{", json.dumps(bad).encode()):
+        path = d / f"{INSTANCE}-3"
+        path.write_bytes(data)
+        with open(path, "rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            assert live_holds() == {}
+            assert path.exists()
+    assert Hold.from_bytes(hold(5).to_bytes()) == hold(5)
+    extra = {**json.loads(hold(5).to_bytes()), "later": [1]}
+    assert Hold.from_bytes(json.dumps(extra).encode()) == hold(5)
