@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from multiserver._origin import DaemonOrigin, read_origin
     from multiserver._osstr import escaped
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
+    from multiserver._platform import set_winsize
     from multiserver._results import ClaimResult, LaunchResult, PeekResult
     from multiserver._spawn import TimedOut
     from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
@@ -94,6 +95,7 @@ _HOMES: dict[str, str] = {
     "read_origin": "multiserver._origin",
     "remove_stale_socket": "multiserver._stale",
     "runtime_dir": "multiserver._paths",
+    "set_winsize": "multiserver._platform",
     "state_dir": "multiserver._paths",
     "strip_env": "multiserver._env",
     "unlink_if_same": "multiserver._stale",
@@ -143,6 +145,7 @@ __all__ = [
     "read_origin",
     "remove_stale_socket",
     "runtime_dir",
+    "set_winsize",
     "state_dir",
     "strip_env",
     "unlink_if_same",

@@ -151,7 +151,12 @@ def run_attached(
             # The replay without its queries; the filter drops the terminal's
             # answers to what was missed.
             answers = screen.replay(replay, answers_to=stdin)
-            _redraw(client, child, master, terminal_size(stdin), redraw)
+            try:
+                _redraw(client, child, master, terminal_size(stdin), redraw)
+            except ConnectionClosed:  # it died as we came: go on without it
+                gone.noticed()
+                if (size := terminal_size(stdin)) is not None:
+                    gone.resize(client, *size)
             client.deadline = None  # attached: no bound, but the person's
 
             def copy() -> None:

@@ -50,6 +50,13 @@ def gone_line(name: str, daemon_pid: int) -> str:
     )
 
 
+def unrecorded_line(name: str) -> str:
+    return (
+        f"[multiserver: cannot record in the runtime dir that this terminal holds {name}:"
+        " a `multiserver restore` meanwhile would start a second copy]"
+    )
+
+
 @attrs.define(eq=False)
 class DaemonGone:
     """Watches for one attachment's daemon to go, and then carries on
@@ -98,6 +105,8 @@ class DaemonGone:
             )
         )
         self.notes.append(f"\r\n{gone_line(self.name, self.daemon_pid)}\r\n".encode())
+        if self._record is None:
+            self.notes.append(f"{unrecorded_line(self.name)}\r\n".encode())
         os.write(self.ctl, NOTE)
 
     def resize(self, client: SyncClient, rows: int, cols: int) -> None:
@@ -108,7 +117,7 @@ class DaemonGone:
                 return
             except ConnectionClosed:
                 pass
-        from multiserver._platform import set_winsize
+        from multiserver import set_winsize  # loaded only by the few that need it
 
         with contextlib.suppress(OSError):
             set_winsize(self.master, rows, cols)

@@ -10,11 +10,14 @@ SIGHUP and ends, as the line said; the next restore starts it again.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shlex
 import signal
+import struct
+import termios
 
 import trio
 
@@ -39,6 +42,16 @@ def programs() -> list[int]:
         for p in os.listdir("/proc")
         if p.isdigit() and cmdline(int(p)) == PROGRAM and is_alive(int(p))
     )
+
+
+def pty_size(pid: int) -> tuple[int, int]:
+    """The size of the terminal ``pid`` reads (rows, cols)."""
+    fd = os.open(os.readlink(f"/proc/{pid}/fd/0"), os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    finally:
+        os.close(fd)
+    return rows, cols
 
 
 def flat(text: str) -> str:
@@ -84,6 +97,8 @@ async def test_a_daemon_killed_under_an_attached_session(ms_dirs: MsDirs, open_t
     term.line("after-death")
     await term.wait_screen("got:after-death")
     term.resize(20, 70)
+    # Keys typed at once can overtake the size: wait for the PTY to have it.
+    await wait_until(lambda: pty_size(program) == (20, 70), message="the PTY resized")
     term.line("size")
     await term.wait_screen(re.compile(r"^20 70$", re.M))
 
@@ -140,3 +155,32 @@ async def test_new_A_does_not_start_a_second_copy_of_a_held_session(
     with trio.fail_after(15):
         await ms(ms_dirs, "new", "-A", "-n", "held", "-d")
     await wait_until(lambda: len(programs()) == 1, message="the program started again")
+
+
+async def test_a_hold_that_cannot_be_recorded_is_said(ms_dirs: MsDirs, open_terminal) -> None:
+    """The records' dir cannot be made (a file has its name): the person is
+    told that a restore meanwhile would start a second copy, and the
+    session goes on all the same. The daemon is killed as soon as the
+    terminal is raw, maybe while the client still sizes the PTY through it
+    (a run that failed so showed "connection closed by peer")."""
+    term = open_terminal()
+    await term.wait_prompt()
+    term.line(f"multiserver new -n held -- {shlex.join(PROGRAM)}")
+    await term.wait_raw_mode()
+    (daemon,) = daemon_pids_for(ms_dirs.paths.socket)
+    (program,) = programs()
+    (ms_dirs.runtime / "multiserver-held").write_bytes(b"")
+
+    os.kill(daemon, signal.SIGKILL)
+    await wait_flat(
+        term,
+        f"[multiserver: the daemon of held (pid {daemon}) is gone; held goes on in this"
+        " terminal until you detach, then it ends: its terminal is hung up and its program"
+        " gets SIGHUP]\n[multiserver: cannot record in the runtime dir that this terminal holds"
+        " held: a `multiserver restore` meanwhile would start a second copy]",
+        timeout=3.0,
+    )
+    term.line("after-death")
+    await term.wait_screen("got:after-death")
+    term.type(DETACH)
+    await wait_until(lambda: is_dead(program), message="the program to be hung up")
