@@ -17,13 +17,15 @@ import plistlib
 import shlex
 import shutil
 import subprocess
+import sys
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
 from multiserver import DaemonPaths
-from multiserver_cli._managers import Launchd
-from multiserver_cli._service import _install, _uninstall
+from multiserver_cli._managers import Launchd, service_manager
+from multiserver_cli._service import cmd_service
 from multiserver_cli._units import (
     RESTORE_START_LIMIT,
     SAVE_STOP_LIMIT,
@@ -31,6 +33,7 @@ from multiserver_cli._units import (
     launchd_daemon_agent,
     launchd_restore_agent,
     launchd_save_agent,
+    launcher,
     login_shell,
     profile_snippet,
     settings_from,
@@ -236,6 +239,22 @@ def test_profile_lines_restore_in_interactive_shells_only(tmp_path: Path) -> Non
     assert marker.read_text() == "restore --timeout 5\n"
 
 
+def test_the_launcher_runs_this_multiserver(tmp_path: Path) -> None:
+    """The script beside the interpreter, else ``python -m multiserver_cli``,
+    which runs the same command."""
+    assert launcher(sys.executable) == (MULTISERVER,)
+    bare = str(tmp_path / "python3")
+    assert launcher(bare) == (bare, "-m", "multiserver_cli")
+    done = subprocess.run(
+        [sys.executable, "-m", "multiserver_cli", "service", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: multiserver service [-h]")
+
+
 def test_settings_and_shell() -> None:
     env = {
         "MULTISERVER_RUNTIME_DIR": "/r",
@@ -392,7 +411,8 @@ def test_install_without_a_systemd_user_manager_says_what_to_do_instead(
 def test_install_then_uninstall_with_launchd(
     ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The macOS path, run here with a recording launchctl."""
+    """The macOS path, run here as on macOS (``sys.platform`` says darwin)
+    with a recording launchctl first on PATH and a private HOME."""
     bin_dir = ms_dirs.root / "tools"
     bin_dir.mkdir()
     (bin_dir / "launchctl").write_text(FAKE_LAUNCHCTL)
@@ -400,12 +420,22 @@ def test_install_then_uninstall_with_launchd(
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("TOOL_LOG", str(ms_dirs.root / "tools.log"))
     monkeypatch.setenv("TOOL_DIR", str(bin_dir))
+    monkeypatch.setenv("HOME", str(ms_dirs.root / "home"))
+    monkeypatch.setattr(sys, "platform", "darwin")
     agents = ms_dirs.root / "home" / "Library" / "LaunchAgents"
-    manager = Launchd(agents)
+    assert service_manager() == Launchd(agents)
     paths = DaemonPaths.for_number(1)
     domain = f"gui/{os.getuid()}"
 
-    assert _install(manager, ServiceSpec(launcher=(MULTISERVER,)), paths) == 0
+    def service(action: str) -> list[str]:
+        assert cmd_service(Namespace(action=action, daemon=1, timeout=5.0)) == 0
+        return capsys.readouterr().out.splitlines()
+
+    assert service("install") == [
+        f"installed the agents multiserver.daemon, multiserver.restore and multiserver.save in"
+        f" {agents}: daemon 1 stays up, started by launchd, `multiserver restore --timeout 5`"
+        " runs at login, and the scrollback is saved every few seconds"
+    ]
     assert logged(ms_dirs) == [
         f"enable {domain}/multiserver.daemon",
         f"enable {domain}/multiserver.restore",
@@ -418,18 +448,24 @@ def test_install_then_uninstall_with_launchd(
     daemon = plistlib.loads((agents / "multiserver.daemon.plist").read_bytes())
     assert daemon["ProgramArguments"][-2:] == ["daemon", "--service"]
     assert daemon["StandardErrorPath"] == str(paths.log)
+    assert daemon["EnvironmentVariables"]["MULTISERVER_RUNTIME_DIR"] == str(ms_dirs.runtime)
+    restore = plistlib.loads((agents / "multiserver.restore.plist").read_bytes())
+    assert restore["ProgramArguments"][-3:] == ["restore", "--timeout", "5"]
     save = plistlib.loads((agents / "multiserver.save.plist").read_bytes())
     assert save["ProgramArguments"][-4:] == ["save", "--scrollback", "--every", "5"]
-    assert manager.status() == [
+    assert service("status") == [
         "multiserver.daemon: loaded, running, pid 77",
         f"multiserver.restore: installed ({agents}/multiserver.restore.plist), not loaded"
         " (it is at the next login)",
         "multiserver.save: loaded, running, pid 77",
+        f"daemon 1: not running ({paths.socket})",
     ]
     logged(ms_dirs)
-    capsys.readouterr()
 
-    assert _uninstall(manager, paths) == 0
+    assert service("uninstall") == [
+        f"removed multiserver.daemon.plist, multiserver.restore.plist, multiserver.save.plist"
+        f" from {agents}"
+    ]
     assert logged(ms_dirs) == [
         f"print {domain}/multiserver.restore",
         f"print {domain}/multiserver.save",
@@ -438,7 +474,3 @@ def test_install_then_uninstall_with_launchd(
         f"bootout {domain}/multiserver.daemon",
     ]
     assert os.listdir(agents) == []
-    assert capsys.readouterr().out == (
-        f"removed multiserver.daemon.plist, multiserver.restore.plist, multiserver.save.plist"
-        f" from {agents}\n"
-    )
