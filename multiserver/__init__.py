@@ -42,8 +42,10 @@ if TYPE_CHECKING:
         describe_exit,
         exit_status,
     )
+    from multiserver._origin import DaemonOrigin, read_origin
     from multiserver._osstr import escaped
     from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
+    from multiserver._platform import set_winsize
     from multiserver._results import ClaimResult, LaunchResult, PeekResult
     from multiserver._spawn import TimedOut
     from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
@@ -65,6 +67,7 @@ _HOMES: dict[str, str] = {
     "DEFAULT_STRIP_ENV": "multiserver._env",
     "DaemonConfig": "multiserver._config",
     "DaemonNotRunning": "multiserver._errors",
+    "DaemonOrigin": "multiserver._origin",
     "DaemonTooOld": "multiserver._errors",
     "DaemonPaths": "multiserver._paths",
     "LaunchResult": "multiserver._results",
@@ -89,8 +92,10 @@ _HOMES: dict[str, str] = {
     "handshake": "multiserver._client",
     "launch_env": "multiserver._env",
     "open_client": "multiserver._client",
+    "read_origin": "multiserver._origin",
     "remove_stale_socket": "multiserver._stale",
     "runtime_dir": "multiserver._paths",
+    "set_winsize": "multiserver._platform",
     "state_dir": "multiserver._paths",
     "strip_env": "multiserver._env",
     "unlink_if_same": "multiserver._stale",
@@ -113,6 +118,7 @@ __all__ = [
     "ConnectionClosed",
     "DaemonConfig",
     "DaemonNotRunning",
+    "DaemonOrigin",
     "DaemonPaths",
     "DaemonTooOld",
     "LaunchResult",
@@ -136,8 +142,10 @@ __all__ = [
     "handshake",
     "launch_env",
     "open_client",
+    "read_origin",
     "remove_stale_socket",
     "runtime_dir",
+    "set_winsize",
     "state_dir",
     "strip_env",
     "unlink_if_same",

@@ -1,5 +1,7 @@
-"""Running the daemon process: in the foreground (service managers, tests) or
-detached (started on demand by a client, ``python -m multiserver``).
+"""Running the daemon process: in the foreground (by hand, tests), for a
+service manager (``service=True``: systemd, launchd), or detached (started
+on demand by a client, ``python -m multiserver``). Each daemon writes which
+in its lock file (``_origin.py``).
 
 Detached start, as the client drives it (see ``_start.py``)::
 
@@ -17,6 +19,13 @@ The lock is held for the daemon's whole life and taken before a stale socket
 is unlinked; the daemon keeps lock and socket in place while it runs, and on
 the way out unlinks them, if they are still its own, while it still holds
 the lock (``_files.py``).
+
+The service's daemon never exits when idle. It starts at login, maybe while
+a daemon started on demand runs (with sessions, that one lives on): it
+waits for that one's lock rather than fail and be restarted over and over,
+and tells the service manager it is up meanwhile (``sd_notify``: else
+systemd would hold the login's other units, the restore among them, until
+its start timed out).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +45,8 @@ from multiserver import _codec, _platform
 from multiserver._config import DaemonConfig
 from multiserver._errors import DaemonAlreadyRunning
 from multiserver._files import DaemonFiles
-from multiserver._paths import DaemonPaths, LockBusy, try_lock
+from multiserver._origin import DaemonOrigin, Started, read_origin
+from multiserver._paths import DaemonPaths, LockBusy, try_lock, wait_lock
 from multiserver._server import Daemon
 
 log = logging.getLogger("multiserver.daemon")
@@ -50,21 +61,28 @@ def _setup_logging() -> None:
 
 
 async def _run(
-    paths: DaemonPaths, config: DaemonConfig, lock_fd: int, ready: Callable[[], None]
+    paths: DaemonPaths,
+    config: DaemonConfig,
+    lock_fd: int,
+    ready: Callable[[], None],
+    started: Started,
 ) -> None:
     """Serve on ``paths`` holding the lock ``lock_fd`` (taken over). Raises
     DaemonAlreadyRunning if a live daemon answers on the socket path."""
     daemon = Daemon(config)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
+    origin = DaemonOrigin(os.getpid(), daemon.instance_id, started, config.idle_exit)
     try:
-        files = DaemonFiles.bind(paths, lock_fd)
+        files = DaemonFiles.bind(paths, lock_fd, origin)
     except BaseException:
         os.close(lock_fd)
         raise
     # What start-up allocated and freed: 0.1 MiB, 1 MiB when modules were
     # compiled from source (no bytecode cache).
     _platform.release_free_memory()
-    log.info("listening on %s (instance %s)", paths.socket, daemon.instance_id)
+    log.info(
+        "listening on %s (instance %s, %s)", paths.socket, daemon.instance_id, origin.lifetime()
+    )
     try:
         async with trio.open_nursery() as nursery:
 
@@ -92,16 +110,60 @@ async def _run(
 
 
 def run_foreground(
-    paths: DaemonPaths, config: DaemonConfig, *, on_ready: Callable[[], None] | None = None
+    paths: DaemonPaths,
+    config: DaemonConfig,
+    *,
+    on_ready: Callable[[], None] | None = None,
+    service: bool = False,
 ) -> None:
     """Run the daemon in this process until it stops. Raises LockBusy if a
     daemon holds the lock, DaemonAlreadyRunning if one answers on the
     socket path (its lock file was deleted), UnsafeDirectory if the dirs are
-    unsafe."""
+    unsafe.
+
+    ``service``: run as the service manager's daemon: never exit when idle
+    (whatever ``config`` says), wait for a daemon that holds the lock to
+    exit (instead of LockBusy), and tell the service manager when it is up
+    (``sd_notify``, where ``$NOTIFY_SOCKET`` is set).
+    """
     paths.prepare()
-    lock_fd = try_lock(paths.lock)
+    if service:
+        config = attrs.evolve(config, idle_exit=None)
+    try:
+        lock_fd = try_lock(paths.lock)
+    except LockBusy:
+        if not service:
+            raise
+        other = read_origin(paths.lock)
+        who = f" (pid {other.pid}, {other.lifetime()})" if other else ""
+        sd_notify(f"READY=1\nSTATUS=waiting for the daemon on {paths.socket}{who} to exit")
+        log.info("waiting for the daemon on %s%s to exit", paths.socket, who)
+        lock_fd = wait_lock(paths.lock)
     os.chdir("/")
-    trio.run(_run, paths, config, lock_fd, on_ready or (lambda: None))
+
+    def ready() -> None:
+        if service:
+            sd_notify(f"READY=1\nSTATUS=listening on {paths.socket}")
+        if on_ready is not None:
+            on_ready()
+
+    trio.run(_run, paths, config, lock_fd, ready, "service" if service else "foreground")
+
+
+def sd_notify(state: str) -> None:
+    """Tell systemd ``state`` (``READY=1``, ``STATUS=...``) through
+    ``$NOTIFY_SOCKET``; nothing where it is not set (launchd, by hand).
+    Best effort: a service manager that does not listen costs nothing."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address or address[0] not in "/@":
+        return
+    if address[0] == "@":
+        address = "\0" + address[1:]  # the abstract namespace
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+        try:
+            sock.sendto(state.encode(), address)
+        except OSError as exc:
+            log.warning("cannot notify the service manager at %s: %s", address, exc)
 
 
 @attrs.frozen
@@ -202,7 +264,7 @@ def _daemonized(args: _Args) -> None:
         _report(ready_fd, f"R{os.getpid()}")
 
     try:
-        trio.run(_run, paths, config, lock_fd, ready)
+        trio.run(_run, paths, config, lock_fd, ready, "on-demand")
     except DaemonAlreadyRunning as exc:
         log.error("%s", exc)
         _report(ready_fd, f"L{exc}")  # the client connects to that one
@@ -239,4 +301,5 @@ __all__ = [
     "LockBusy",
     "main",
     "run_foreground",
+    "sd_notify",
 ]

@@ -8,7 +8,8 @@ daemon, and every client waits on the lock it holds. So:
 
 - At start (``DaemonFiles.bind``), holding the lock, the daemon refuses to
   start if a live daemon answers on its socket path, removes a stale socket
-  (``remove_stale_socket``), binds, and records the socket's inode.
+  (``remove_stale_socket``), binds, and records the socket's inode. It
+  writes how it was started in the lock file (``_origin.py``).
 - While it runs, ``DaemonFiles.watch`` looks once a second. A lock path that
   no longer names its locked file is created and locked again (if another
   process holds the new file, a warning, and another try next time). A
@@ -31,6 +32,7 @@ import attrs
 import trio
 
 from multiserver._errors import DaemonAlreadyRunning, UnsafeDirectory
+from multiserver._origin import DaemonOrigin, write_origin
 from multiserver._paths import DaemonPaths, LockBusy, ensure_private_dir, try_lock
 from multiserver._server import bind_listener
 from multiserver._stale import remove_stale_socket, unlink_if_same
@@ -95,11 +97,15 @@ class DaemonFiles:
     _lock_stat: os.stat_result
     listener: SwappableListener
     _socket_stat: os.stat_result
+    _origin: DaemonOrigin | None = None  # written in the lock file, again if it is made again
     _trouble: set[str] = attrs.Factory(set)  # what was warned about, until it clears
 
     @classmethod
-    def bind(cls, paths: DaemonPaths, lock_fd: int) -> DaemonFiles:
-        """Bind the daemon's socket, holding the lock ``lock_fd``.
+    def bind(
+        cls, paths: DaemonPaths, lock_fd: int, origin: DaemonOrigin | None = None
+    ) -> DaemonFiles:
+        """Bind the daemon's socket, holding the lock ``lock_fd``, and write
+        ``origin`` in the lock file.
 
         Raises DaemonAlreadyRunning (one line) if a live daemon answers on
         the socket path; what ``remove_stale_socket`` raises; OSError if
@@ -117,9 +123,16 @@ class DaemonFiles:
                 if exc.errno == errno.EADDRINUSE:
                     continue
                 raise
-            return cls(
-                paths, lock_fd, os.fstat(lock_fd), SwappableListener(listener), os.lstat(sock)
+            files = cls(
+                paths,
+                lock_fd,
+                os.fstat(lock_fd),
+                SwappableListener(listener),
+                os.lstat(sock),
+                origin,
             )
+            files._write_origin()
+            return files
         raise DaemonAlreadyRunning(f"{sock} is taken again after each removal; not starting")
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -162,6 +175,7 @@ class DaemonFiles:
             return
         os.close(self._lock_fd)  # a file the path no longer names: no one else's lock
         self._lock_fd, self._lock_stat = fd, os.fstat(fd)
+        self._write_origin()
         self._trouble.discard("lock")
         log.warning("lock file %s was gone: made and locked again", path)
 
@@ -187,6 +201,16 @@ class DaemonFiles:
         self.listener.replace(new)
         self._trouble.discard("socket")
         log.warning("socket %s was gone: listening there again", path)
+
+    def _write_origin(self) -> None:
+        """Best effort: without it, ``multiserver daemon`` cannot say how
+        this daemon was started; nothing else reads it."""
+        if self._origin is None:
+            return
+        try:
+            write_origin(self._lock_fd, self._origin)
+        except OSError as exc:
+            log.warning("cannot write to lock file %s: %s", self._paths.lock, exc)
 
     def _warn(self, what: str, message: str, *args: object) -> None:
         """Once per trouble, not once a second."""

@@ -176,10 +176,22 @@ def try_lock(path: Path) -> int:
     being unlinked and recreated between open and flock (a daemon removes it
     when it exits), by checking the path still names the locked file.
     """
+    return _take_lock(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def wait_lock(path: Path) -> int:
+    """``try_lock``, waiting (blocking, as long as it takes) while another
+    process holds the lock: the service's daemon waits so for a daemon
+    started on demand to exit. A file unlinked while we waited on it (the
+    exiting daemon removes its lock) is let go, and the path locked again."""
+    return _take_lock(path, fcntl.LOCK_EX)
+
+
+def _take_lock(path: Path, how: int) -> int:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, how)
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):

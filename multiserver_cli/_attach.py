@@ -35,6 +35,7 @@ from multiserver import (
 )
 from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy, _shown
+from multiserver_cli._daemon_gone import DaemonGone
 from multiserver_cli._errors import CliError
 
 Redraw = Literal["none", "winch", "ctrl_l"]
@@ -182,6 +183,8 @@ def run_attached(
     os.set_blocking(sig_w, False)
     outcome = _Outcome()
     saver: _ScreenSaver | None = None
+    # Should the daemon die meanwhile: the session goes on, said so (_daemon_gone).
+    gone = DaemonGone.watching(client, child, master, ctl_w)
     copier: threading.Thread | None = None
     try:
         # Raw mode; on every way out, the terminal reset (alternate screen
@@ -190,12 +193,19 @@ def run_attached(
             # The replay without its queries; the filter drops the terminal's
             # answers to what was missed.
             answers = screen.replay(replay, answers_to=stdin)
-            _redraw(client, child, master, terminal_size(stdin), redraw)
+            try:
+                _redraw(client, child, master, terminal_size(stdin), redraw)
+            except ConnectionClosed:  # it died as we came: go on without it
+                gone.noticed()
+                if (size := terminal_size(stdin)) is not None:
+                    gone.resize(client, *size)
             client.deadline = None  # attached: no bound, but the person's
 
             def copy() -> None:
                 try:
-                    outcome.reason = _proxy.proxy(master, stdin, screen, ctl_r, detach_key, answers)
+                    outcome.reason = _proxy.proxy(
+                        master, stdin, screen, ctl_r, detach_key, answers, gone.notes
+                    )
                 finally:
                     os.write(done_w, b"x")
 
@@ -203,7 +213,7 @@ def run_attached(
                 saver = _ScreenSaver(screen, save_screen)
             copier = threading.Thread(target=copy, name="copy", daemon=True)
             copier.start()
-            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, saver)
+            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, gone, saver)
             copier.join()
             copier = None
             if outcome.exit_code is not None:
@@ -214,7 +224,12 @@ def run_attached(
             copier.join()
         for fd in (ctl_r, ctl_w, done_r, done_w, sig_r, sig_w, master):
             os.close(fd)
+        gone.forget()  # the hold, if its daemon died, ended with the master
 
+    if gone.happened:  # nothing to release to, nothing to collect from
+        return gone.finish(
+            outcome.reason, outcome.signal, outcome.exit_code, say, _ends_line(shown)
+        )
     if outcome.taken:
         say(f"[{name} attached elsewhere]", _ends_line(shown))
         return 0
@@ -245,6 +260,7 @@ def _watch(
     sig_r: int,
     done_r: int,
     ctl_w: int,
+    gone: DaemonGone,
     saver: _ScreenSaver | None = None,
 ) -> None:
     """Until the copy loop returns: answer notices and signals; stop the
@@ -260,6 +276,7 @@ def _watch(
             except ConnectionClosed:
                 # The daemon is gone; the session goes on through our fd.
                 watched.remove(client.fileno())
+                gone.noticed()
             while client.notices:
                 notice = client.notices.popleft()
                 if notice.id != child.id or stopping:
@@ -279,8 +296,7 @@ def _watch(
                 if signum == signal.SIGWINCH:
                     size = terminal_size(stdin)
                     if size is not None and not stopping:
-                        with contextlib.suppress(ConnectionClosed):
-                            client.send_resize(child.id, *size)
+                        gone.resize(client, *size)
                 elif not stopping:
                     outcome.signal = signum
                     os.write(ctl_w, b"x")

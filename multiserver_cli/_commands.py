@@ -35,6 +35,7 @@ from multiserver import (
     escaped,
     exit_status,
     launch_env,
+    read_origin,
 )
 from multiserver_cli import _shown, _state
 from multiserver_cli._errors import CliError
@@ -115,9 +116,26 @@ def _number(args: Namespace) -> int | None:
 
 
 def cmd_daemon(args: Namespace) -> int:
-    with bounded("daemon"), dial_blocking(_paths(args), start=True, deadline=deadline()) as client:
-        print(client.socket_path)
+    """The socket on stdout (for scripts), and how the daemon was started on
+    stderr (for a person)."""
+    with (
+        bounded("daemon"),
+        dial_blocking(_paths(args), start=True, children=False, deadline=deadline()) as client,
+    ):
+        print(client.socket_path, flush=True)
+        print(describe_daemon(client), file=sys.stderr)
     return 0
+
+
+def describe_daemon(client: SyncClient) -> str:
+    """ "daemon 1 (pid 42) at PATH, started by the service (stays up)": what
+    the daemon wrote in its lock file, if this daemon wrote it (``_origin``)."""
+    paths = DaemonPaths.for_socket(client.socket_path)
+    origin = read_origin(paths.lock)
+    head = f"daemon {paths.number} (pid {client.daemon_pid}) at {client.socket_path}"
+    if origin is None or origin.instance_id != client.instance_id:
+        return f"{head}; how it was started is not known (its lock file does not say)"
+    return f"{head}, {origin.lifetime()}"
 
 
 def cmd_stop(args: Namespace) -> int:
@@ -155,6 +173,7 @@ def cmd_new(args: Namespace) -> int:
             raise CliError(plan.message)
         if isinstance(plan, Found):
             return _attach_found(args, located(plan.session), store)
+        _refuse_held(plan)
         from multiserver_cli import _attach  # only a command that attaches loads it
 
         saved = plan.saved
@@ -202,6 +221,23 @@ def cmd_new(args: Namespace) -> int:
                     store, client.socket_path, client.instance_id, launched.child.id
                 ),
             )
+
+
+def _refuse_held(plan: Create) -> None:
+    """A saved session that ``new -A`` would start again, whose daemon died
+    under a client that still shows it (``restore.live_holds``): starting
+    it would make a second copy."""
+    ref = plan.saved.ref if plan.saved is not None else None
+    if ref is None:
+        return
+    from restore import live_holds
+
+    hold = live_holds().get((ref.instance_id, ref.child_id))
+    if hold is not None:
+        raise CliError(
+            f"{plan.name} is held by a client whose daemon died (pid {hold.client_pid}), in"
+            " another terminal: detach there (it then ends), then start it again"
+        )
 
 
 def _launch(

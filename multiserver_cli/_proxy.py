@@ -19,6 +19,7 @@ let through is decided by the pure ``_terminal`` module.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
@@ -51,6 +52,11 @@ INPUT_LIMIT = 64 * 1024
 # answer the sentinel (see ``_terminal``). The terminals met answer it in
 # milliseconds, over ssh in a round trip.
 ANSWER_WAIT = 1.0
+
+# What the ctl pipe carries: STOP ends the loop; NOTE says that lines for
+# the person wait in the loop's ``notes`` (any other byte stops it too).
+STOP = b"x"
+NOTE = b"n"
 
 # Why the loop ended.
 DETACH = "detach"
@@ -223,6 +229,7 @@ class _Copy:
     detach_key: bytes | None
     screen: Screen
     answers: AnswerFilter | None
+    notes: collections.deque[bytes] | None = None
     _to_terminal: bytearray = attrs.Factory(bytearray)
     _to_program: bytearray = attrs.Factory(bytearray)
     _poller: select.poll = attrs.Factory(select.poll)
@@ -240,7 +247,7 @@ class _Copy:
                 assert self.answers is not None
                 self._to_program += self.answers.expire()
             ready = dict(events)
-            if self.ctl in ready:
+            if self.ctl in ready and self._read_ctl():
                 return STOPPED
             if self.out in ready and not self._write_terminal():
                 return TERMINAL_GONE
@@ -281,6 +288,21 @@ class _Copy:
             else:
                 self._poller.register(fd, mask)
                 self._masks[fd] = mask
+
+    def _read_ctl(self) -> bool:
+        """True to stop. A NOTE's lines go to the terminal after what the
+        program wrote so far (never inside it), and are not recorded as
+        shown: they are not the program's."""
+        try:
+            said = os.read(self.ctl, 64)
+        except (BlockingIOError, InterruptedError):
+            return False
+        if not said or said.strip(NOTE):
+            return True
+        while self.notes:
+            self._to_terminal += self.notes.popleft()
+        self._write_terminal()  # a terminal gone is found by the next poll
+        return False
 
     def _timeout_ms(self) -> int | None:
         if self.answers is None or self.answers.phase != "window":
@@ -370,18 +392,20 @@ def proxy(
     ctl: int,
     detach_key: bytes | None,
     answers: AnswerFilter | None = None,
+    notes: collections.deque[bytes] | None = None,
 ) -> str:
     """Copy master -> terminal and terminal -> master until detach, EOF or
     ``ctl``. What is read from the master is recorded in ``screen`` as it is
     read; on return it has all been written to the terminal (unless that is
     gone). ``answers``: the filter for the terminal's answers to a replay.
+    ``notes``: lines for the person, shown when ``ctl`` says NOTE.
 
     Returns one of DETACH, EOF, TERMINAL_GONE, STOPPED.
     """
     os.set_blocking(master, False)  # the flag is shared with the daemon
     out, let_go = _terminal_output(screen.fd)
     try:
-        copy = _Copy(master, stdin, out, ctl, detach_key, screen, answers)
+        copy = _Copy(master, stdin, out, ctl, detach_key, screen, answers, notes)
         reason = copy.run()
         copy.finish(reason)
     finally:

@@ -114,13 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(
         subs,
         "daemon",
-        "make sure the daemon runs and print its socket path",
+        "make sure the daemon runs and print its socket path (and say how it was started)",
         "multiserver daemon --foreground",
     )
-    p.add_argument(
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
         "--foreground",
         action="store_true",
-        help="run the daemon in this process (for service managers)",
+        help="run the daemon in this process (it exits when idle, as one started on demand)",
+    )
+    g.add_argument(
+        "--service",
+        action="store_true",
+        help="run the daemon in this process for a service manager (what `multiserver service"
+        " install` sets up): it stays up with no sessions, waits for a daemon started on demand"
+        " to exit first, and tells systemd when it is ready",
     )
 
     p = _sub(
@@ -263,6 +271,27 @@ def build_parser() -> argparse.ArgumentParser:
         subs, "stop", "stop the daemon (refused while sessions run)", "multiserver stop --force"
     )
     p.add_argument("--force", action="store_true", help="end every session first")
+
+    p = _sub(
+        subs,
+        "service",
+        "run the daemon as a service of your login (systemd user units; launchd agents on"
+        " macOS) that stays up, and `multiserver restore` at login",
+        "multiserver service install",
+    )
+    p.add_argument(
+        "action",
+        choices=["install", "uninstall", "status"],
+        help="install: write and enable the units and start the daemon; uninstall: remove them"
+        " (never ending a session); status: what is installed and whether it runs",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="install: the deadline of the restore at login, in seconds (default 5)",
+    )
     return parser
 
 
@@ -279,6 +308,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kill": ("_commands", "cmd_kill"),
     "stop": ("_commands", "cmd_stop"),
     "save": ("_commands", "cmd_save"),
+    "service": ("_service", "cmd_service"),
     "restore": ("_restore_cmd", "cmd_restore"),
     "orphans": ("_restore_cmd", "cmd_orphans"),
 }
@@ -325,6 +355,8 @@ def _normalize(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
         args.command = args.command[1:]
     if getattr(args, "linger", None) is not None and args.linger < 0:
         parser.error("--linger must be >= 0")
+    if args.cmd == "service" and not args.timeout > 0:
+        parser.error("--timeout must be > 0")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -339,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     _normalize(args, parser)
     try:
-        if args.cmd == "daemon" and args.foreground:
+        if args.cmd == "daemon" and (args.foreground or args.service):
             status = _foreground(args)
         else:
             status = run(args.cmd, args)
@@ -382,7 +414,12 @@ def _foreground(args: argparse.Namespace) -> int:
         format="%(asctime)s multiserver[%(process)d] %(levelname)s %(message)s",
     )
     try:
-        run_foreground(paths, config, on_ready=lambda: print(paths.socket, flush=True))
+        run_foreground(
+            paths,
+            config,
+            on_ready=lambda: print(paths.socket, flush=True),
+            service=args.service,
+        )
     except LockBusy:
         raise CliError(f"a daemon already runs on {paths.socket}") from None
     return 0

@@ -18,6 +18,7 @@ from multiserver._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from restore._build import RestoredSession
+    from restore._held import Hold, HoldRecord, live_holds, pid_alive
     from restore._model import (
         SCROLLBACK_LIMIT,
         Arrangement,
@@ -48,6 +49,8 @@ _HOMES: dict[str, str] = {
     "Arrangement": "restore._model",
     "ArrangementStore": "restore._store",
     "DaemonAttachment": "restore._partial",
+    "Hold": "restore._held",
+    "HoldRecord": "restore._held",
     "OUTCOMES": "restore._plan",
     "Options": "restore._plan",
     "Outcome": "restore._plan",
@@ -68,6 +71,8 @@ _HOMES: dict[str, str] = {
     "Window": "restore._model",
     "bounded_scrollback": "restore._model",
     "close_late": "restore._restore",
+    "live_holds": "restore._held",
+    "pid_alive": "restore._held",
     "release_claims": "restore._restore",
     "restore_arrangement": "restore._restore",
 }
@@ -80,6 +85,8 @@ __all__ = [
     "Arrangement",
     "ArrangementStore",
     "DaemonAttachment",
+    "Hold",
+    "HoldRecord",
     "Options",
     "Outcome",
     "PendingClose",
@@ -98,6 +105,8 @@ __all__ = [
     "Window",
     "bounded_scrollback",
     "close_late",
+    "live_holds",
+    "pid_alive",
     "release_claims",
     "restore_arrangement",
 ]

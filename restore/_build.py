@@ -31,6 +31,7 @@ from multiserver import (
     dial,
 )
 from multiserver._paths import default_daemon_number
+from restore._held import Hold, Key, live_holds
 from restore._model import Arrangement, PendingLaunch, RestorationRef, SavedOutput, SessionLeaf
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
@@ -42,6 +43,7 @@ from restore._plan import (
     RestoreDeadline,
     decide_claimed,
     decide_gone,
+    decide_held,
     decide_saved_end,
     decide_timed_out,
     decide_unsettled,
@@ -203,7 +205,9 @@ async def build_sessions(
     (``RestoredSession.saved`` says so). ``unsettled``: sessions whose
     earlier relaunch could not be looked for (``_intents``): not relaunched.
     """
-    pending = decide_all(plan, phase, deadline.attach_seconds, options, unsettled)
+    pending = spare_held(
+        decide_all(plan, phase, deadline.attach_seconds, options, unsettled), live_holds()
+    )
     avoid = {t.socket for t in phase.timed_out}
     relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline, env, store)
     results: list[RestoredSession] = []
@@ -229,6 +233,25 @@ async def build_sessions(
     finally:
         relauncher.close_if_unused()
     return results
+
+
+# --- sessions still held by a client whose daemon died (``_held``) -----------------
+
+# The outcomes of a leaf whose child its daemon cannot give back.
+_CHILD_GONE = frozenset({"relaunched", "expired", "timed-out"})
+
+
+def spare_held(pending: list[_Pending], holds: Mapping[Key, Hold]) -> list[_Pending]:
+    """Leaves to be relaunched (or reported expired) whose child a client
+    still holds, its daemon dead: ``held`` instead, nothing started."""
+    out = []
+    for p in pending:
+        ref = p.leaf.ref
+        hold = holds.get((ref.instance_id, ref.child_id)) if ref is not None else None
+        if hold is not None and p.decision.outcome in _CHILD_GONE:
+            p = attrs.evolve(p, decision=decide_held(hold.client_pid))
+        out.append(p)
+    return out
 
 
 async def _carry_out(

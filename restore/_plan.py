@@ -17,6 +17,8 @@ Outcomes (one per leaf, never none):
     timed-out   its daemon did not answer by the deadline: relaunched like
                 above (``relaunch=False``: not), and its late partial
                 attach goes to the adopter
+    held        its daemon died, but a client still holds its child and
+                shows it (``_held``): not relaunched, the session stays saved
     failed      anything else, with the reason (e.g. held by another client)
 """
 
@@ -32,13 +34,14 @@ import attrs
 from multiserver import ChildInfo, describe_exit
 from restore._model import Arrangement, RestorationRef, SessionLeaf
 
-Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "failed"]
+Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "held", "failed"]
 OUTCOMES: tuple[Outcome, ...] = (
     "attached",
     "ended",
     "relaunched",
     "expired",
     "timed-out",
+    "held",
     "failed",
 )
 # What --no-relaunch leaves a session whose child is gone or did not answer.
@@ -309,6 +312,18 @@ def decide_timed_out(timeout: float, options: Options) -> Decision:
     if options.relaunch:
         return Decision("timed-out", f"{reason}; new one started", relaunch=True, reason=reason)
     return Decision("timed-out", f"{reason}; {NOT_RELAUNCHED}", relaunch=False, reason=reason)
+
+
+def decide_held(client_pid: int) -> Decision:
+    """A leaf whose child is gone as far as the daemons can tell, which a
+    client whose daemon died still holds: starting it again would make a
+    second copy of the session the user is typing in. Once that client
+    lets go, the program ends, and the next restore relaunches it."""
+    return Decision(
+        "held",
+        f"held by a client whose daemon died (pid {client_pid}); not relaunched",
+        relaunch=False,
+    )
 
 
 RELAUNCH_MARKER = "--- multiserver: the earlier session expired; a new one was started ---"

@@ -25,6 +25,7 @@ from restore._plan import (
     RestoreDeadline,
     decide_claimed,
     decide_gone,
+    decide_held,
     decide_saved_end,
     decide_timed_out,
     decide_unsettled,
@@ -295,8 +296,15 @@ def test_every_outcome_is_reachable_from_the_rules() -> None:
         decide_gone("x", NO_RELAUNCH).outcome,
         decide_timed_out(1, RELAUNCH).outcome,
         decide_claimed(ClaimAnswer(None, errno.EBUSY), RELAUNCH).outcome,
+        decide_held(4242).outcome,
     }
     assert produced == set(OUTCOMES)
+
+
+def test_a_session_held_by_a_client_whose_daemon_died_is_not_relaunched() -> None:
+    assert decide_held(4242) == Decision(
+        "held", "held by a client whose daemon died (pid 4242); not relaunched", relaunch=False
+    )
 
 
 # --- relaunch_notice -------------------------------------------------------------------

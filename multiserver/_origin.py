@@ -1,0 +1,105 @@
+"""How a daemon was started, and so whether it exits when idle: written in
+its lock file, which it holds for life, so that ``multiserver daemon`` can
+say it without a change to the protocol.
+
+A daemon is started one of three ways:
+
+- ``on-demand``: by a client that found none (``python -m multiserver``,
+  detached); it exits when idle (``DaemonConfig.idle_exit``, 5 s).
+- ``service``: by the service manager (``multiserver daemon --service``:
+  a systemd user unit, a launchd agent); it never exits when idle.
+- ``foreground``: by hand, ``multiserver daemon --foreground``.
+
+The lock file is the daemon's while it runs (it holds the lock, and its
+file watch makes the file again if it is deleted, ``_files.py``), and is
+removed at exit; it is the classic pidfile next to the socket. One line of
+JSON: the daemon's pid and instance id, how it was started and its idle
+exit. A reader trusts it only when the instance id matches the ``Welcome``
+of the daemon it talks to: a daemon killed by SIGKILL leaves its lock file
+behind, with its own line in it, until the next daemon writes its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import attrs
+import cattrs
+
+from multiserver._codec import _strict
+
+Started = Literal["on-demand", "service", "foreground"]
+# Longer than any line written here; a file past it is no origin.
+MAX_SIZE = 4096
+
+
+@attrs.frozen
+class DaemonOrigin:
+    pid: int
+    instance_id: str
+    started: Started
+    idle_exit: float | None  # seconds; None: never exits when idle
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(_converter.unstructure(self)) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> DaemonOrigin | None:
+        """The origin in ``data``, or None if it holds none (empty, another
+        format, a half-written line, a value of the wrong type). Unknown
+        fields are ignored (a newer multiserver may add some)."""
+        try:
+            return _converter.structure(json.loads(data), cls)
+        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
+            return None
+
+    def lifetime(self) -> str:
+        """How it started and when it ends, for a person: "started by the
+        service (stays up)", "started on demand (exits when idle for 5 s)"."""
+        how = {
+            "service": "started by the service",
+            "on-demand": "started on demand",
+            "foreground": "started in the foreground",
+        }[self.started]
+        if self.idle_exit is None:
+            return f"{how} (stays up)"
+        return f"{how} (exits when idle for {self.idle_exit:g} s)"
+
+
+def _make_converter() -> cattrs.Converter:
+    # The lock file's own: values exactly typed (the wire's checks), unknown
+    # fields tolerated, as saved state's are.
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    conv.register_structure_hook(int, _strict(int, "integer"))
+    conv.register_structure_hook(float, _strict(float, "number"))
+    conv.register_structure_hook(str, _strict(str, "string"))
+    return conv
+
+
+_converter = _make_converter()
+
+
+def write_origin(lock_fd: int, origin: DaemonOrigin) -> None:
+    """Replace the lock file's contents with ``origin``. Raises OSError."""
+    data = origin.to_bytes()
+    os.ftruncate(lock_fd, 0)
+    os.pwrite(lock_fd, data, 0)
+
+
+def read_origin(lock: Path) -> DaemonOrigin | None:
+    """What the lock file at ``lock`` says, if anything (never raises). Match
+    its ``instance_id`` against the daemon's before trusting it."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_SIZE + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if len(data) > MAX_SIZE else DaemonOrigin.from_bytes(data)

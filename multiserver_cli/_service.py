@@ -1,0 +1,173 @@
+"""``multiserver service install | uninstall | status``: the daemon as a
+service of the user's service manager (systemd on Linux, launchd on macOS),
+``multiserver restore`` at login, and the scrollback saver. What is written
+is ``_units``'s; the manager, and its tool, ``_managers``'s (the seam
+between the two); here the command says what it did.
+
+Blocking, no trio, like the other one-round-trip commands. Where no systemd
+user manager answers (a container, a system without systemd), ``install``
+says so in one line and prints the lines for ``~/.profile`` that restore at
+login instead (the daemon is then started on demand, as without a service).
+
+Neither ``install`` nor ``uninstall`` ever ends a session: a reinstall
+leaves a running daemon alone (the new unit applies at its next start), and
+``uninstall`` stops the service's daemon only when it runs no session (it
+then says so, and ``multiserver stop`` ends it later).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import attrs
+
+from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin
+from multiserver_cli._commands import deadline, describe_daemon
+from multiserver_cli._errors import CliError
+from multiserver_cli._managers import Manager, Systemd, linger_line, service_manager
+from multiserver_cli._units import (
+    ServiceSpec,
+    launcher,
+    login_shell,
+    profile_snippet,
+    settings_from,
+)
+
+
+def service_spec(args: Namespace) -> ServiceSpec:
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = None
+    return ServiceSpec(
+        launcher=launcher(),
+        daemon=args.daemon,
+        settings=settings_from(os.environ),
+        shell=login_shell(shell or os.environ.get("SHELL")),
+        restore_timeout=args.timeout,
+    )
+
+
+@attrs.frozen
+class _Running:
+    """The daemon that answers on the service's socket now."""
+
+    pid: int
+    service: bool  # started by the service (its lock file says so)
+    sessions: int
+    line: str  # describe_daemon's
+
+
+def _running(paths: DaemonPaths) -> _Running | None:
+    """The daemon on ``paths`` (never started here), or None."""
+    try:
+        with dial_blocking(paths.socket, children=False, deadline=deadline()) as client:
+            origin = read_origin(paths.lock)
+            service = (
+                origin is not None
+                and origin.instance_id == client.instance_id
+                and origin.started == "service"
+            )
+            return _Running(client.daemon_pid, service, len(client.list()), describe_daemon(client))
+    except MultiserverError:
+        return None
+
+
+def cmd_service(args: Namespace) -> int:
+    manager = service_manager()
+    paths = DaemonPaths.for_number(args.daemon)
+    if args.action == "install":
+        return _install(manager, service_spec(args), paths)
+    if args.action == "uninstall":
+        return _uninstall(manager, paths)
+    return _status(manager, paths)
+
+
+def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
+    problem = manager.problem()
+    if problem is not None:
+        print(
+            f"multiserver: {problem}; to restore at login all the same, add these lines to"
+            " ~/.profile (the daemon is then started on demand):",
+            file=sys.stderr,
+        )
+        print(profile_snippet(spec), end="")
+        return 1
+    for path, data in manager.files(spec, paths).items():
+        _write(path, data)
+    manager.enable()
+    print(
+        f"installed {manager.jobs()} in {manager.dir}: daemon {spec.daemon} stays up, started"
+        f" by {manager.name}, `multiserver restore --timeout {spec.restore_timeout:g}` runs"
+        " at login, and the scrollback is saved every few seconds"
+    )
+    if isinstance(manager, Systemd) and (linger := manager.linger()) is not True:
+        print(linger_line(linger))
+    running = _running(paths)
+    if running is not None and not running.service:
+        print(
+            f"{running.line}, with {running.sessions} session(s): the service's daemon takes"
+            " over when it exits (idle, with no session left)"
+        )
+    return 0
+
+
+def _uninstall(manager: Manager, paths: DaemonPaths) -> int:
+    installed = [p for p in manager.files(_any_spec(), paths) if p.exists()]
+    if not installed:
+        print(f"nothing to remove: no multiserver service in {manager.dir}")
+        return 0
+    running = _running(paths)
+    keep = running is not None and running.service and running.sessions > 0
+    if manager.problem() is None:
+        manager.disable(stop_daemon=not keep)
+    for path in installed:
+        path.unlink(missing_ok=True)
+    if manager.problem() is None:
+        manager.after_removal()
+    print(f"removed {', '.join(p.name for p in installed)} from {manager.dir}")
+    if keep:
+        assert running is not None
+        print(
+            f"the service's daemon (pid {running.pid}) keeps running with its"
+            f" {running.sessions} session(s), and does not start again at login;"
+            " `multiserver stop` ends it once they are done"
+        )
+    return 0
+
+
+def _status(manager: Manager, paths: DaemonPaths) -> int:
+    problem = manager.problem()
+    if problem is not None:
+        print(f"{problem}: no service; `multiserver service install` says what to do instead")
+    else:
+        for line in manager.status():
+            print(line)
+    running = _running(paths)
+    if running is None:
+        print(f"daemon {paths.number}: not running ({paths.socket})")
+    else:
+        print(f"{running.line}; {running.sessions} session(s)")
+    return 0
+
+
+def _any_spec() -> ServiceSpec:
+    """Only the file names matter (uninstall)."""
+    return ServiceSpec(launcher=("multiserver",))
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Whole or not at all: a unit half-written is worse than none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None

@@ -1,0 +1,276 @@
+"""What ``multiserver service install`` writes, as pure functions: the
+systemd user units, the launchd agents, and the shell profile lines where
+neither runs. ``_service`` writes them and drives systemctl or launchctl.
+
+Three jobs, on each system:
+
+- **The daemon** (``multiserver.service``; the agent ``multiserver.daemon``):
+  ``multiserver daemon --service``, which never exits when idle. Started
+  by the user's service manager, it is no process of the login session, so
+  the session's end does not touch it (logind's ``KillUserProcesses``
+  kills the session's processes; the daemon is the user manager's, which
+  lives on past logout when lingering is on: ``loginctl enable-linger``).
+  ``KillMode=process``: stopping or restarting the unit signals the daemon
+  alone, never the sessions in its cgroup (their fate is the daemon's:
+  those nobody holds end when it closes their terminals).
+- **The restore** (``multiserver-restore.service``; ``multiserver.restore``):
+  ``multiserver restore --timeout 5`` once at login, a unit of its own
+  rather than the daemon unit's ``ExecStartPost``, because a failed
+  ``ExecStartPost`` fails the daemon's unit (and stops the daemon that
+  holds every other session), because it would run again at every restart
+  of the daemon, and so that it has a status and a journal of its own.
+  ``Type=oneshot``, ordered after the daemon unit (``Type=notify``: it is
+  listening by then, so relaunches go to it instead of starting a daemon
+  on demand). The login waits for the user manager's first units: the
+  restore's deadline is short (5 s), and ``TimeoutStartSec`` caps what it
+  may take at all. It runs through the user's login shell (``sh -lc``),
+  so that relaunched sessions get the environment a login gives (``PATH``
+  from ``~/.profile``...), not the service manager's bare one.
+- **The saver** (``multiserver-save.service``; ``multiserver.save``):
+  ``multiserver save --scrollback --every 5``, one per user, for as long as
+  the service runs: what the sessions show reaches the store every few
+  seconds, so that after a reboot their first attach shows it. It exits 0
+  on SIGTERM after a last pass (``TimeoutStopSec`` leaves it time for it).
+  It starts after the restore (``After=``: a oneshot's end), so that it
+  never saves over the scrollback the restore is about to replay; a
+  failed restore does not keep it from starting (``Wants=``, not
+  ``Requires=``). launchd orders nothing: there the agents start together.
+
+All three get the ``MULTISERVER_*`` settings of the shell that installs them
+(the runtime and state dirs above all: a daemon that looked elsewhere
+would not be found), except ``MULTISERVER_IDLE_EXIT``, which the
+service's daemon ignores.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+DAEMON_UNIT = "multiserver.service"
+RESTORE_UNIT = "multiserver-restore.service"
+SAVE_UNIT = "multiserver-save.service"
+DAEMON_AGENT = "multiserver.daemon"
+RESTORE_AGENT = "multiserver.restore"
+SAVE_AGENT = "multiserver.save"
+# The restore's own deadline at login, and what systemd allows the whole
+# unit (a login shell's profile, the interpreter, the deadline, the sweep).
+RESTORE_TIMEOUT = 5.0
+RESTORE_START_LIMIT = 30
+# How often the saver writes the scrollback (seconds), and what systemd
+# gives its last pass once told to stop.
+SAVE_EVERY = 5
+SAVE_STOP_LIMIT = 30
+# Shells whose `-lc 'exec "$0" "$@"' ARGS` runs ARGS after the login profile.
+POSIX_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "yash"})
+HEADER = "Written by `multiserver service install`; `multiserver service uninstall` removes it."
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_+=:,./@-]+$")
+
+
+@attrs.frozen
+class ServiceSpec:
+    """What the service runs: ``launcher`` is how to run ``multiserver``
+    (its script, or ``python -m multiserver_cli``); ``settings`` are the
+    ``MULTISERVER_*`` variables passed on."""
+
+    launcher: tuple[str, ...]
+    daemon: int = 1
+    settings: tuple[tuple[str, str], ...] = ()
+    shell: str = "/bin/sh"
+    restore_timeout: float = RESTORE_TIMEOUT
+
+    def daemon_argv(self) -> list[str]:
+        return [*self.launcher, "--daemon", str(self.daemon), "daemon", "--service"]
+
+    def restore_argv(self) -> list[str]:
+        """The restore, through a login shell (its profile read first)."""
+        restore = [*self.launcher, "restore", "--timeout", f"{self.restore_timeout:g}"]
+        return [self.shell, "-lc", 'exec "$0" "$@"', *restore]
+
+    def save_argv(self) -> list[str]:
+        """The saver (no login shell: it starts nothing)."""
+        return [*self.launcher, "save", "--scrollback", "--every", str(SAVE_EVERY)]
+
+    def environment(self) -> dict[str, str]:
+        """The settings, and the daemon relaunched sessions go to."""
+        return {**dict(self.settings), "MULTISERVER_DAEMON": str(self.daemon)}
+
+
+def launcher(executable: str = sys.executable) -> tuple[str, ...]:
+    """How a service runs ``multiserver``: the script beside this
+    interpreter (a venv, pipx), else the interpreter with ``-m``."""
+    script = Path(executable).with_name("multiserver")
+    if script.is_file() and os.access(script, os.X_OK):
+        return (str(script),)
+    return (executable, "-m", "multiserver_cli")
+
+
+def settings_from(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The ``MULTISERVER_*`` variables a service passes on, sorted."""
+    skip = {"MULTISERVER_IDLE_EXIT", "MULTISERVER_DAEMON"}
+    return tuple(
+        sorted((k, v) for k, v in environ.items() if k.startswith("MULTISERVER_") and k not in skip)
+    )
+
+
+def login_shell(shell: str | None) -> str:
+    """The user's shell when it takes ``-lc`` as ``sh`` does, else /bin/sh."""
+    if shell and os.path.isabs(shell) and Path(shell).name in POSIX_SHELLS:
+        return shell
+    return "/bin/sh"
+
+
+# --- systemd ---------------------------------------------------------------------------
+
+
+def systemd_word(word: str, *, expands: bool = True) -> str:
+    """One word of a unit's setting: as is when plain, else in double
+    quotes with ``\\`` and ``"`` escaped; ``%`` (specifiers) doubled, and
+    ``$`` too where the setting ``expands`` variables (``ExecStart=``
+    does, ``Environment=`` does not)."""
+    if _SAFE_WORD.match(word):
+        return word
+    escaped = word.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
+    if expands:
+        escaped = escaped.replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def _environment_lines(env: Mapping[str, str]) -> list[str]:
+    return [
+        f"Environment={systemd_word(f'{k}={v}', expands=False)}" for k, v in sorted(env.items())
+    ]
+
+
+def systemd_daemon_unit(spec: ServiceSpec) -> str:
+    lines = [
+        f"# {HEADER}",
+        "[Unit]",
+        f"Description=multiserver daemon {spec.daemon}: terminal sessions that outlive their"
+        " terminal",
+        "",
+        "[Service]",
+        # Ready once it listens (or waits for a daemon started on demand).
+        "Type=notify",
+        "NotifyAccess=main",
+        "ExecStart=" + " ".join(map(systemd_word, spec.daemon_argv())),
+        *_environment_lines(spec.environment()),
+        # The sessions are the daemon's children, in this unit's cgroup:
+        # stopping the unit signals the daemon, never them.
+        "KillMode=process",
+        "Restart=on-failure",
+        "RestartSec=2",
+        "",
+        "[Install]",
+        "WantedBy=default.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def systemd_restore_unit(spec: ServiceSpec) -> str:
+    lines = [
+        f"# {HEADER}",
+        "[Unit]",
+        "Description=multiserver: bring back the saved sessions at login",
+        f"Wants={DAEMON_UNIT}",
+        f"After={DAEMON_UNIT}",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "ExecStart=" + " ".join(map(systemd_word, spec.restore_argv())),
+        *_environment_lines(spec.environment()),
+        f"TimeoutStartSec={RESTORE_START_LIMIT}",
+        "",
+        "[Install]",
+        "WantedBy=default.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def systemd_save_unit(spec: ServiceSpec) -> str:
+    lines = [
+        f"# {HEADER}",
+        "[Unit]",
+        "Description=multiserver: keep the saved scrollback of the sessions current",
+        f"Wants={DAEMON_UNIT}",
+        f"After={DAEMON_UNIT} {RESTORE_UNIT}",
+        "",
+        "[Service]",
+        "Type=simple",
+        "ExecStart=" + " ".join(map(systemd_word, spec.save_argv())),
+        *_environment_lines(spec.environment()),
+        f"TimeoutStopSec={SAVE_STOP_LIMIT}",
+        "Restart=on-failure",
+        "RestartSec=5",
+        "",
+        "[Install]",
+        "WantedBy=default.target",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- launchd ---------------------------------------------------------------------------
+
+
+def launchd_daemon_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
+    """The daemon's launchd agent (a plist's dict): started at login, again
+    if it fails; its process group is not killed when it exits
+    (``AbandonProcessGroup``, as ``KillMode=process``)."""
+    agent: dict[str, Any] = {
+        "Label": DAEMON_AGENT,
+        "ProgramArguments": spec.daemon_argv(),
+        "EnvironmentVariables": spec.environment(),
+        "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False},
+        "AbandonProcessGroup": True,
+        "ProcessType": "Interactive",
+        "StandardOutPath": str(log),
+        "StandardErrorPath": str(log),
+    }
+    return agent
+
+
+def launchd_restore_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
+    """The restore's agent: once at login (when the agents are loaded)."""
+    return {
+        "Label": RESTORE_AGENT,
+        "ProgramArguments": spec.restore_argv(),
+        "EnvironmentVariables": spec.environment(),
+        "RunAtLoad": True,
+        "StandardOutPath": str(log),
+        "StandardErrorPath": str(log),
+    }
+
+
+def launchd_save_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
+    """The saver's agent: from login on, again if it fails."""
+    return {
+        "Label": SAVE_AGENT,
+        "ProgramArguments": spec.save_argv(),
+        "EnvironmentVariables": spec.environment(),
+        "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False},
+        "ExitTimeOut": SAVE_STOP_LIMIT,
+        "StandardOutPath": str(log),
+        "StandardErrorPath": str(log),
+    }
+
+
+# --- neither ---------------------------------------------------------------------------
+
+
+def profile_snippet(spec: ServiceSpec) -> str:
+    """Lines for ~/.profile (read by login shells): the restore, in
+    interactive ones only (not in a script's ``sh -l``)."""
+    restore = shlex.join([*spec.launcher, "restore", "--timeout", f"{spec.restore_timeout:g}"])
+    return (
+        "# multiserver: bring back the saved sessions at login (interactive login shells)\n"
+        f"case $- in *i*) {restore} ;; esac\n"
+    )
