@@ -189,6 +189,7 @@ def cmd_new(args: Namespace) -> int:
                 print(launched.child.name)
                 return 0
             assert launched.master is not None
+            _track(launched.child.name)
             return _attach.run_attached(
                 client,
                 launched.child,
@@ -217,6 +218,15 @@ def _launch(
                 raise CliError(exc.message) from None
             refused.append(name)
             name = pick_default(view, refused)
+
+
+def _track(name: str) -> None:
+    """In a tmux pane or a kitty window, the layout is saved with this
+    session where it is shown (``_layouts.track_pane``, in the background)."""
+    if os.environ.get("TMUX") or os.environ.get("KITTY_WINDOW_ID"):
+        from multiserver_cli import _layouts
+
+        _layouts.track_pane(name)
 
 
 def _closer(store: ArrangementStore | None) -> CloseExited:
@@ -257,6 +267,7 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
             )
         if result.master is None:
             return _attach.attach_exited(client, child, replay, say, _closer(store))
+        _track(name)
         return _attach.run_attached(
             client,
             child,
@@ -452,7 +463,12 @@ class _Refresh:
 
 def cmd_save(args: Namespace) -> int:
     """Refresh every live session's cwd (the foreground process's, where the
-    OS tells it) and title (its foreground command) in the arrangement."""
+    OS tells it) and title (its foreground command) in the arrangement;
+    ``--from kitty|tmux``: save that terminal's layout (``_layouts``)."""
+    if args.from_terminal is not None:
+        from multiserver_cli import _layouts
+
+        return _layouts.cmd_save_from(args)
     refresh: dict[tuple[str, str, int], _Refresh] = {}
     for d in scan(_number(args), foreground=True).daemons:
         for c in d.children:

@@ -15,10 +15,12 @@ from multiserver import launch_env
 from multiserver_cli import _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import plural, print_json, table
+from multiserver_cli._sessions import scan
 from restore._build import RestoredSession
 from restore._partial import DaemonAttachment
 from restore._plan import Options
 from restore._restore import release_claims, restore_arrangement
+from restore._store import ArrangementStore
 
 
 def _row(s: RestoredSession) -> dict[str, object]:
@@ -131,17 +133,28 @@ async def cmd_restore(args: Namespace) -> int:
                 swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
             # Partial attaches to wedged daemons are abandoned here.
             nursery.cancel_scope.cancel()
+        opened: list[str] = []
+        if args.open is not None:
+            # Every session is built and its claim given back: open the
+            # layout, each pane attaching to its session.
+            opened = await trio.to_thread.run_sync(_open_layout, store, args)
     rows = [_row(s) for s in result.sessions]
+    opened_ok = not any(line.startswith("layout not opened") for line in opened)
+    if args.open is not None and not args.json:
+        for line in opened:
+            print(f"  {line}", file=sys.stderr)
     extra = [r for r in [*late_rows, *swept.rows] if r.action != "none"]
     if args.json:
-        out = {
+        out: dict[str, object] = {
             "sessions": rows,
             "sweep": [_sweep_row(r) for r in extra],
             "seconds": round(result.elapsed, 4),
             "ok": result.ok,
         }
+        if args.open is not None:
+            out["opened"] = opened
         print_json(out)
-        return 0 if result.ok else 1
+        return 0 if result.ok and opened_ok else 1
     table_rows = [
         [
             str(r["name"]),
@@ -159,7 +172,36 @@ async def cmd_restore(args: Namespace) -> int:
         print(table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows))
     else:
         print("nothing to restore", file=sys.stderr)
-    return 0 if result.ok else 1
+    return 0 if result.ok and opened_ok else 1
+
+
+def _held(store: ArrangementStore) -> set[str]:
+    """The saved sessions a client holds now (their daemons say so)."""
+    where = {
+        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id): leaf.name
+        for leaf in store.load().leaves()
+        if leaf.ref is not None
+    }
+    return {
+        where[key]
+        for d in scan().daemons
+        for c in d.children
+        if c.held and (key := (str(d.socket), d.instance_id, c.id)) in where
+    }
+
+
+def _open_layout(store: ArrangementStore, args: Namespace) -> list[str]:
+    """``restore --open``: the saved layout opened in a terminal; a line for
+    what was opened and for each session left out."""
+    from multiserver_cli import _layouts
+
+    arrangement = store.load()
+    try:
+        ops, lines = _layouts.open_layout(arrangement, args.open, _held(store), args)
+    except CliError as exc:
+        # The sessions are restored all the same: say it, report them.
+        return [f"layout not opened: {exc}"]
+    return [*lines, f"opened {plural(len(ops), 'pane')} in {args.open}"]
 
 
 async def cmd_orphans(args: Namespace) -> int:

@@ -15,7 +15,9 @@ Outcomes (one per leaf, never none):
     timed-out   its daemon did not answer by the deadline: relaunched like
                 above (``relaunch=False``: not), and its late partial
                 attach goes to the adopter
-    failed      anything else, with the reason (e.g. held by another client)
+    held        a client holds its child (another terminal, another restore):
+                it runs; left to that client, nothing started
+    failed      anything else, with the reason
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ import attrs
 from multiserver import ChildInfo, describe_exit
 from restore._model import Arrangement, SessionLeaf
 
-Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "failed"]
+Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "held", "failed"]
 OUTCOMES: tuple[Outcome, ...] = (
     "attached",
     "ended",
     "relaunched",
     "expired",
     "timed-out",
+    "held",
     "failed",
 )
 # What --no-relaunch leaves a session whose child is gone or did not answer.
@@ -178,7 +181,7 @@ def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
             return decide_gone("the child is unknown to the daemon", options)
         if answer.errno == errno.EBUSY:
             return Decision(
-                "failed",
+                "held",
                 "held by another client (attach to it there, or `multiserver attach`)",
                 relaunch=False,
             )
