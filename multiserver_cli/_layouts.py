@@ -58,12 +58,19 @@ def attached_session(argv: Sequence[str]) -> str | None:
     from multiserver_cli.main import build_parser
 
     rest: list[str] | None = None
+    # The program itself, or a Python running it: its options, then the
+    # script or -m (a file named multiserver given to vim is no attach).
+    python = bool(argv) and Path(argv[0]).name.startswith("python")
     for i, arg in enumerate(argv):
+        if i > 0 and not python:
+            break
         if Path(arg).name == "multiserver":
             rest = list(argv[i + 1 :])
             break
         if arg == "-m" and i + 1 < len(argv) and argv[i + 1] == "multiserver_cli":
             rest = list(argv[i + 2 :])
+            break
+        if i > 0 and not arg.startswith("-"):
             break
     if rest is None:
         return None
