@@ -133,8 +133,13 @@ def seen_tabs(
             what = " ".join(pane.argvs[-1]) if pane.argvs else "nothing"
             if name is not None:
                 skipped.append(f"{where}: attached to {name}, which is not saved")
-            elif adopt and pane.argvs:
-                leaf = SessionLeaf(_adopted_name(pane, taken), list(pane.argvs[0]), pane.cwd or "/")
+            elif adopt:
+                # A new session in its cwd, running what `multiserver new`
+                # runs by default: the pane's own process is the terminal's
+                # (tmux's `sh -c CMD`, a login shell's `-zsh`).
+                from multiserver_cli._commands import user_shell
+
+                leaf = SessionLeaf(_adopted_name(pane, taken), user_shell(), pane.cwd or "/")
                 adopted[pane.pane] = leaf
             else:
                 skipped.append(f"{where}: runs {what}, not a multiserver session")

@@ -273,3 +273,36 @@ def test_the_documented_example_runs(ms_dirs: MsDirs, servers: list[TmuxServer])
     layout = server.windows()["work:code"]
     assert isinstance(layout, SplitNode) and layout.vertical
     assert [type(c) for c in layout.children] == [PaneNode, SplitNode]
+
+
+async def test_adopted_panes_become_sessions_at_the_next_restore(
+    ms_dirs: MsDirs, servers: list[TmuxServer]
+) -> None:
+    """--adopt-panes: a pane running something else is saved as a new
+    session in its cwd, and restore starts it (it had no child yet)."""
+    project = ms_dirs.root / "project"
+    project.mkdir()
+    server = TmuxServer(ms_dirs.root / "tmux.sock", person_env(ms_dirs))
+    servers.append(server)
+    server.tmux("new-session", "-d", "-s", "dev", "-n", "code", "-c", str(project), "sh")
+    plain = await ms(ms_dirs, "save", "--from", "tmux", "--to", str(server.socket))
+    assert "dev / code / pane 0: runs sh, not a multiserver session" in plain.stderr.decode()
+    assert "0 sessions" in plain.stderr.decode()
+
+    adopted = await ms(
+        ms_dirs, "save", "--from", "tmux", "--to", str(server.socket), "--adopt-panes"
+    )
+    assert "1 pane(s) to start as new sessions" in adopted.stderr.decode(), adopted.stderr
+    with ArrangementStore.open() as store:
+        (leaf,) = store.load().leaves()
+    assert (leaf.name, leaf.argv, leaf.cwd, leaf.ref) == (
+        "project",
+        ["/bin/sh"],
+        str(project),
+        None,
+    )
+
+    restored = await ms(ms_dirs, "restore")
+    assert "project: relaunched (never started" in restored.stderr.decode(), restored.stderr
+    started = await wait_session(ms_dirs, "project", lambda c: c is not None, "started")
+    assert started is not None and started.cwd == str(project)
