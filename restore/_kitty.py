@@ -122,17 +122,17 @@ class Kitty:
                 raise TerminalError(f"reading kitty's windows: not JSON: {exc}") from exc
         if not isinstance(data, list):
             raise TerminalError("reading kitty's windows: not a list of OS windows")
-        return data
+        return _dicts(data)
 
     def read(self) -> list[ReadTab]:
         """Every tab of every OS window, its split tree and its windows."""
         tabs: list[ReadTab] = []
         os_windows = self.ls()
         for os_window, name in zip(os_windows, _window_names(os_windows), strict=True):
-            for tab in os_window.get("tabs", []):
+            for tab in _dicts(os_window.get("tabs")):
                 panes = {
                     w["id"]: _pane(w)
-                    for w in tab.get("windows", [])
+                    for w in _dicts(tab.get("windows"))
                     if isinstance(w.get("id"), int)
                 }
                 try:
@@ -203,10 +203,10 @@ class Kitty:
 
     def _sizes(self, ids: set[int], key: str) -> dict[int, int]:
         return {
-            w["id"]: int(w.get(key, 0))
+            w["id"]: _int(w.get(key))
             for os_window in self.ls()
-            for tab in os_window.get("tabs", [])
-            for w in tab.get("windows", [])
+            for tab in _dicts(os_window.get("tabs"))
+            for w in _dicts(tab.get("windows"))
             if w.get("id") in ids
         }
 
@@ -215,7 +215,7 @@ def _window_names(os_windows: list[dict[str, Any]]) -> list[str]:
     """Each OS window's name: the one it was opened with (``wm_name``, set
     by ``restore --open kitty``), else ``main`` for the first unnamed one
     when no window is called so, else ``kitty-N``."""
-    given = [w.get("wm_name") or _DEFAULT_WM_NAME for w in os_windows]
+    given = [str(w.get("wm_name") or _DEFAULT_WM_NAME) for w in os_windows]
     taken = set(given)
     names = []
     for n, name in enumerate(given, start=1):
@@ -224,6 +224,15 @@ def _window_names(os_windows: list[dict[str, Any]]) -> list[str]:
             taken.add(name)
         names.append(str(name))
     return names
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    """The objects of a list in kitty's answer (anything else: none)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _pane(window: dict[str, Any]) -> ReadPane:
@@ -235,9 +244,9 @@ def _pane(window: dict[str, Any]) -> ReadPane:
         if isinstance(proc, dict) and isinstance(proc.get("cmdline"), list):
             argvs.append(tuple(str(a) for a in proc["cmdline"]))
     return ReadPane(
-        int(window["id"]),
-        int(window.get("columns", 0)),
-        int(window.get("lines", 0)),
+        _int(window["id"]),
+        _int(window.get("columns")),
+        _int(window.get("lines")),
         str(window.get("cwd", "")),
         tuple(argvs),
     )

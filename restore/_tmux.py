@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from restore._layout import Op, OpenTab, SplitPane, parse_tmux_layout
+from restore._layout import LayoutError, Op, OpenTab, SplitPane, parse_tmux_layout
 from restore._terminals import (
     ReadPane,
     ReadTab,
@@ -59,6 +59,8 @@ class Tmux:
             if len(fields) != 6:
                 continue
             window, pane_id, pid, width, height, cwd = fields
+            if not all(f.isdigit() for f in (pane_id.lstrip("%"), pid, width, height)):
+                raise TerminalError(f"reading tmux's panes: not a pane: {line[:80]!r}")
             pane = int(pane_id.lstrip("%"))
             argvs = process_argvs(descendants(int(pid), tree))
             by_window.setdefault(window, {})[pane] = ReadPane(
@@ -70,9 +72,11 @@ class Tmux:
             if len(fields) != 4:
                 continue
             session, window, name, layout = fields
-            tabs.append(
-                ReadTab(session, name, parse_tmux_layout(layout), by_window.get(window, {}))
-            )
+            try:
+                layout_tree = parse_tmux_layout(layout)
+            except LayoutError as exc:
+                raise TerminalError(f"reading tmux's window {session}:{name}: {exc}") from exc
+            tabs.append(ReadTab(session, name, layout_tree, by_window.get(window, {})))
         return tabs
 
     def sessions(self) -> set[str]:
