@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test check lint types bench soak clean venv
+.PHONY: run test test-deps check lint types bench soak clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,25 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/multiserver
 
-test: $(STAMP)
+# Programs some tests drive for real (a terminal emulator, a display for
+# it): installed when missing, where this runs as root with apt (CI, a
+# container); elsewhere the tests that need them skip, saying why.
+TEST_PACKAGES := tmux dtach kitty xvfb xauth libfontconfig1 fonts-dejavu-core
+
+test-deps:
+	@command -v dpkg-query >/dev/null || exit 0; \
+	missing=$$(for p in $(TEST_PACKAGES); do \
+	  dpkg-query -W -f '$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing for the tests: $$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q $$missing >/dev/null 2>&1 \
+	  || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $$missing >/dev/null 2>&1; } \
+	  || echo "could not install $$missing: the tests that need them skip"; \
+	else echo "not installed: $$missing (the tests that need them skip)"; fi
+
+test: $(STAMP) test-deps
 	$(BIN)/pytest -q -m "not slow"
 
 lint: $(STAMP)

@@ -208,6 +208,7 @@ def cmd_new(args: Namespace) -> int:
                 print(launched.child.name)
                 return 0
             assert launched.master is not None
+            _track(launched.child.name)
             return _attach.run_attached(
                 client,
                 launched.child,
@@ -256,6 +257,15 @@ def _launch(
                 raise CliError(exc.message) from None
             refused.append(name)
             name = pick_default(view, refused)
+
+
+def _track(name: str) -> None:
+    """In a tmux pane or a kitty window, the layout is saved with this
+    session where it is shown (``_layouts.track_pane``, in the background)."""
+    if os.environ.get("TMUX") or os.environ.get("KITTY_WINDOW_ID"):
+        from multiserver_cli import _layouts
+
+        _layouts.track_pane(name)
 
 
 def _closer(store: ArrangementStore | None) -> CloseExited:
@@ -326,6 +336,7 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
             )
         if result.master is None:
             return _attach.attach_exited(client, child, replay, say, _closer(store))
+        _track(name)
         return _attach.run_attached(
             client,
             child,
@@ -586,7 +597,12 @@ def cmd_save(args: Namespace) -> int:
     OS tells it) and title (its foreground command) in the arrangement;
     with ``--scrollback``, keep what each session not held by a client
     shows as its scrollback; with ``--every S``, again every S seconds
-    (``_saver``)."""
+    (``_saver``); ``--from kitty|tmux``: save that terminal's layout
+    instead (``_layouts``)."""
+    if args.from_terminal is not None:
+        from multiserver_cli import _layouts
+
+        return _layouts.cmd_save_from(args)
     from multiserver_cli import _saver
 
     saver = _saver.Saver(scrollback=args.scrollback, number=_number(args))

@@ -19,10 +19,12 @@ from multiserver._paths import LockBusy, ensure_private_dir, state_dir, try_lock
 from multiserver_cli import _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import plural, print_json, table
+from multiserver_cli._sessions import scan
 from restore._build import RestoredSession
 from restore._partial import DaemonAttachment
 from restore._plan import Options
 from restore._restore import release_claims, restore_arrangement
+from restore._store import ArrangementStore
 
 
 def _row(s: RestoredSession) -> dict[str, object]:
@@ -104,12 +106,12 @@ async def cmd_restore(args: Namespace) -> int:
             out = _read_report(report)
             if out is not None:
                 _state.warn("another restore ran meanwhile; these are its outcomes")
-                return _show(out, args)
+                return _show(await _opened(out, args), args)
         out = await _restore(args)
         if out is None:
             return 1
         _write_report(report, out)
-        return _show(out, args)
+        return _show(await _opened(out, args), args)
     finally:
         os.close(lock_fd)
 
@@ -240,9 +242,29 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
     }
 
 
+async def _opened(out: dict[str, Any], args: Namespace) -> dict[str, Any]:
+    """``--open``: every session is built and its claim given back; the
+    layout is opened, each pane attaching to its session. ``out`` with what
+    was opened (``opened``: a line each) and whether it could be."""
+    if args.open is None:
+        return out
+    with _state.open_store() as store:
+        if store is None:
+            lines = ["layout not opened: the saved arrangement cannot be read"]
+        else:
+            # Held: by a client now, or (its daemon dead) by the restore's word.
+            held = {str(r["name"]) for r in out["sessions"] if r["outcome"] == "held"}
+            lines = await trio.to_thread.run_sync(_open_layout, store, args, held)
+    ok = not any(line.startswith("layout not opened") for line in lines)
+    return {**out, "opened": lines, "opened_ok": ok}
+
+
 def _show(out: dict[str, Any], args: Namespace) -> int:
     """Print a restore's outcomes; its exit status."""
-    status = 0 if out.get("ok") and out.get("saved", True) else 1
+    status = 0 if out.get("ok") and out.get("saved", True) and out.get("opened_ok", True) else 1
+    if not args.json:
+        for line in out.get("opened", []):
+            print(f"  {line}", file=sys.stderr)
     if not out.get("saved", True):
         _state.warn(
             "the store did not take every outcome (see each session's detail);"
@@ -277,6 +299,36 @@ def _show(out: dict[str, Any], args: Namespace) -> int:
     else:
         print("nothing to restore", file=sys.stderr)
     return status
+
+
+def _held(store: ArrangementStore) -> set[str]:
+    """The saved sessions a client holds now (their daemons say so)."""
+    where = {
+        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id): leaf.name
+        for leaf in store.load().leaves()
+        if leaf.ref is not None
+    }
+    return {
+        where[key]
+        for d in scan().daemons
+        for c in d.children
+        if c.held and (key := (str(d.socket), d.instance_id, c.id)) in where
+    }
+
+
+def _open_layout(store: ArrangementStore, args: Namespace, held: set[str]) -> list[str]:
+    """``restore --open``: the saved layout opened in a terminal; a line for
+    what was opened and for each session left out (``held``, and those a
+    client holds now)."""
+    from multiserver_cli import _layouts
+
+    arrangement = store.load()
+    try:
+        ops, lines = _layouts.open_layout(arrangement, args.open, held | _held(store), args)
+    except CliError as exc:
+        # The sessions are restored all the same: say it, report them.
+        return [f"layout not opened: {exc}"]
+    return [*lines, f"opened {plural(len(ops), 'pane')} in {args.open}"]
 
 
 async def cmd_orphans(args: Namespace) -> int:

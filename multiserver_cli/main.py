@@ -83,6 +83,15 @@ def _env_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _to_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--to",
+        metavar="ADDRESS",
+        help="kitty: its remote control address (default: $KITTY_LISTEN_ON, or this terminal);"
+        " tmux: its server's socket (default: the one tmux uses)",
+    )
+
+
 def _sub(
     subs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, example: str
 ) -> argparse.ArgumentParser:
@@ -232,6 +241,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start sessions whose program had exited again",
     )
+    p.add_argument(
+        "--open",
+        choices=["kitty", "tmux", "print"],
+        help="then open the saved layout (windows, tabs, splits) in kitty or tmux, each pane"
+        " attached to its session; print: print it as WezTerm commands",
+    )
+    p.add_argument(
+        "--steal",
+        action="store_true",
+        help="--open: give sessions a client holds a pane too (attaching takes them)",
+    )
+    _to_option(p)
     _env_options(p)
 
     p = _sub(
@@ -266,6 +287,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep saving, every S seconds (1 to 86400), until stopped (SIGTERM: one last save);"
         " one per user: for the login service",
     )
+    p.add_argument(
+        "--from",
+        dest="from_terminal",
+        choices=["kitty", "tmux"],
+        help="save the layout of this terminal (windows, tabs, splits and sizes) instead",
+    )
+    p.add_argument(
+        "--adopt-panes",
+        action="store_true",
+        help="--from: a pane running something else becomes a new session in its cwd,"
+        " started at the next restore",
+    )
+    _to_option(p)
 
     p = _sub(
         subs, "stop", "stop the daemon (refused while sessions run)", "multiserver stop --force"

@@ -9,6 +9,11 @@ Public API (everything else is private and may change)::
     async with trio.open_nursery() as nursery:
         result = await restore_arrangement(arrangement, nursery=nursery, timeout=10)
 
+Opening the arrangement in a terminal (docs/layouts.md)::
+
+    ops = open_plan(arrangement, lambda leaf: ("multiserver", "attach", leaf.name))
+    Tmux().open(ops, env={})
+
 See docs/restore.md.
 """
 
@@ -19,6 +24,17 @@ from multiserver._lazy import lazy_exports
 if TYPE_CHECKING:
     from restore._build import RestoredSession
     from restore._held import Hold, HoldRecord, live_holds, pid_alive
+    from restore._kitty import Kitty
+    from restore._layout import (
+        OpenTab,
+        PaneCommand,
+        SeenTab,
+        SplitPane,
+        kitty_pairs,
+        merge_layout,
+        open_plan,
+        parse_tmux_layout,
+    )
     from restore._model import (
         SCROLLBACK_LIMIT,
         Arrangement,
@@ -41,10 +57,25 @@ if TYPE_CHECKING:
         StoreError,
         StoreTooNew,
     )
+    from restore._terminals import ReadPane, ReadTab, TerminalError
+    from restore._tmux import Tmux
 
 # Names load on first use: the command line's fast path reads the store
 # without importing the restore machinery (and trio).
 _HOMES: dict[str, str] = {
+    "Kitty": "restore._kitty",
+    "OpenTab": "restore._layout",
+    "PaneCommand": "restore._layout",
+    "SeenTab": "restore._layout",
+    "SplitPane": "restore._layout",
+    "kitty_pairs": "restore._layout",
+    "merge_layout": "restore._layout",
+    "open_plan": "restore._layout",
+    "parse_tmux_layout": "restore._layout",
+    "ReadPane": "restore._terminals",
+    "ReadTab": "restore._terminals",
+    "TerminalError": "restore._terminals",
+    "Tmux": "restore._tmux",
     "ATTACH_SHARE": "restore._plan",
     "Arrangement": "restore._model",
     "ArrangementStore": "restore._store",
@@ -87,25 +118,38 @@ __all__ = [
     "DaemonAttachment",
     "Hold",
     "HoldRecord",
+    "Kitty",
+    "OpenTab",
     "Options",
     "Outcome",
+    "PaneCommand",
     "PendingClose",
     "PendingLaunch",
     "PhaseResult",
+    "ReadPane",
+    "ReadTab",
     "RestorationRef",
     "RestoreResult",
     "RestoredSession",
     "SavedOutput",
+    "SeenTab",
     "SessionLeaf",
     "Split",
+    "SplitPane",
     "StoreCorrupt",
     "StoreError",
     "StoreTooNew",
     "Tab",
+    "TerminalError",
+    "Tmux",
     "Window",
     "bounded_scrollback",
     "close_late",
+    "kitty_pairs",
     "live_holds",
+    "merge_layout",
+    "open_plan",
+    "parse_tmux_layout",
     "pid_alive",
     "release_claims",
     "restore_arrangement",

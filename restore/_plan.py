@@ -17,9 +17,10 @@ Outcomes (one per leaf, never none):
     timed-out   its daemon did not answer by the deadline: relaunched like
                 above (``relaunch=False``: not), and its late partial
                 attach goes to the adopter
-    held        its daemon died, but a client still holds its child and
-                shows it (``_held``): not relaunched, the session stays saved
-    failed      anything else, with the reason (e.g. held by another client)
+    held        a client holds its child: another terminal, another restore
+                (EBUSY), or an attach client whose daemon died (``_held``):
+                it runs; nothing started, the session stays saved
+    failed      anything else, with the reason
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ def decide_claimed(answer: ClaimAnswer, options: Options) -> Decision:
             return decide_gone("the child is unknown to the daemon", options)
         if answer.errno == errno.EBUSY:
             return Decision(
-                "failed",
+                "held",
                 "held by another client (attach to it there, or `multiserver attach`)",
                 relaunch=False,
             )
