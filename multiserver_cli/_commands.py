@@ -67,6 +67,7 @@ from restore import ArrangementStore, RestorationRef
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
+    from multiserver_cli._remote import RemoteSession
 
 
 def say(line: str, at_line_start: bool = False) -> None:
@@ -324,22 +325,44 @@ def cmd_ls(args: Namespace) -> int:
         {d.instance_id for d in view.daemons},
         all_seen=not args.daemon_given and not view.problems,
     )
+    remote, remote_problems = _remote_sessions(args)
+    for problem in remote_problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
     if args.json:
-        print_json([_session_json(s, w) for s, w in zip(rows, waiting, strict=True)])
-    elif rows:
-        several = len({s.socket for s in rows}) > 1
+        print_json(
+            [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
+            + [{**r.raw, "host": r.host} for r in remote]
+        )
+    elif rows or remote:
+        daemons = [s.daemon for s in rows] + [r.host for r in remote]
         print(
             ls_table(
-                [s.child for s in rows if s.child is not None],
+                [s.child for s in rows if s.child is not None] + [r.child for r in remote],
                 time.time(),
-                daemons=[s.daemon for s in rows] if several else None,
-                waiting=waiting,
+                daemons=daemons if len(set(daemons)) > 1 else None,
+                waiting=waiting + [r.waiting for r in remote],
             )
         )
-    elif not view.problems:
+    elif not view.problems and not remote_problems:
         print("no sessions", file=sys.stderr)
-    # A daemon that could not be read is not "no sessions": say so, and fail.
-    return 1 if view.problems else 0
+    # A daemon or a host that could not be read is not "no sessions": say
+    # so, and fail.
+    return 1 if view.problems or remote_problems else 0
+
+
+def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
+    """The sessions of every configured host (none when ``--daemon N``
+    narrows ls to a local daemon)."""
+    if args.daemon_given:
+        return [], []
+    from multiserver_cli._hosts import load_hosts
+
+    hosts = load_hosts()
+    if not hosts:
+        return [], []
+    from multiserver_cli._remote import list_hosts
+
+    return list_hosts(list(hosts.values()))
 
 
 def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
