@@ -38,6 +38,7 @@ from multiserver import (
 from multiserver_cli import _shown, _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import ls_table, print_json, save_summary
+from multiserver_cli._hosts import split_target
 from multiserver_cli._names import (
     NAME_TRIES,
     Create,
@@ -140,6 +141,10 @@ def cmd_stop(args: Namespace) -> int:
 
 
 def cmd_new(args: Namespace) -> int:
+    if args.host is not None:
+        from multiserver_cli._remote_cmd import remote_new
+
+        return remote_new(args.host, args)
     name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
     if args.attach_existing and name is None:
         raise CliError("-A needs a session name (-n NAME)", 2)
@@ -235,6 +240,11 @@ def _closer(store: ArrangementStore | None) -> CloseExited:
 
 
 def cmd_attach(args: Namespace) -> int:
+    host, remote_name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli._remote_cmd import remote_attach
+
+        return remote_attach(host, remote_name, args)
     name = check_name(args.name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
@@ -383,6 +393,11 @@ def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, obje
 
 
 def cmd_peek(args: Namespace) -> int:
+    host, name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli._remote_cmd import remote_peek
+
+        return remote_peek(host, name, args)
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
     with open_store() as store:
@@ -413,6 +428,11 @@ def parse_signal(spec: str) -> int:
 
 
 def cmd_kill(args: Namespace) -> int:
+    host, name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli._remote_cmd import remote_kill
+
+        return remote_kill(host, name, args)
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
     only_signal = args.signal is not None
     with open_store() as store:

@@ -3,6 +3,8 @@ hosts other commands reach through OpenSSH (``_hosts``, ``_ssh``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from argparse import Namespace
 
@@ -21,7 +23,8 @@ from multiserver_cli._hosts import (
     parse_timeout,
     save_hosts,
 )
-from multiserver_cli._ssh import remote_json
+from multiserver_cli._sessions import check_name
+from multiserver_cli._ssh import remote_json, run_remote, ssh_argv
 
 
 def version_info() -> dict[str, object]:
@@ -140,3 +143,83 @@ def _rm(args: Namespace) -> int:
     save_hosts(hosts)
     print(f"removed {args.name}", file=sys.stderr)
     return 0
+
+
+# --- commands through a host -------------------------------------------------------
+
+
+def host_of(name: str) -> Host:
+    """The configured host ``name``; CliError listing the known ones if none."""
+    hosts = load_hosts()
+    if name not in hosts:
+        known = ", ".join(sorted(hosts)) or "none: multiserver host add NAME --ssh DEST"
+        raise CliError(f"no host named {name} (hosts: {known})")
+    return hosts[name]
+
+
+def _passed(done: subprocess.CompletedProcess[bytes]) -> int:
+    """The remote command's output and status, as if it ran here."""
+    sys.stdout.buffer.write(done.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(done.stderr)
+    sys.stderr.buffer.flush()
+    return done.returncode
+
+
+def remote_peek(host_name: str, name: str, args: Namespace) -> int:
+    host = host_of(host_name)
+    extra = [] if args.bytes is None else ["--bytes", str(args.bytes)]
+    return _passed(run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout))
+
+
+def remote_kill(host_name: str, name: str, args: Namespace) -> int:
+    host = host_of(host_name)
+    extra = [] if args.signal is None else ["-s", str(args.signal)]
+    return _passed(run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout))
+
+
+def remote_new(host_name: str, args: Namespace) -> int:
+    """``new --host H``: the session starts there, with the host's grace
+    window as its linger (unless ``--linger`` says otherwise)."""
+    host = host_of(host_name)
+    remote = ["new"]
+    if args.name is not None:
+        remote += ["-n", check_name(args.name, new=not args.attach_existing)]
+    if args.attach_existing:
+        remote.append("-A")
+    linger = args.linger if args.linger is not None else host.grace
+    if linger is not None:
+        remote += ["--linger", f"{linger:g}"]
+    if args.cwd:
+        remote += ["--cwd", args.cwd]
+    if args.detach:
+        remote.append("-d")
+        if args.command:
+            remote += ["--", *args.command]
+        return _passed(run_remote(host, remote, timeout=host.timeout))
+    remote += _detach_words(args)
+    if args.command:
+        remote += ["--", *args.command]
+    return _interactive(host, remote)
+
+
+def remote_attach(host_name: str, name: str, args: Namespace) -> int:
+    host = host_of(host_name)
+    return _interactive(host, ["attach", *_detach_words(args), check_name(name)])
+
+
+def _detach_words(args: Namespace) -> list[str]:
+    words = ["-E"] if args.no_detach else ["-e", args.detach_spec]
+    return [*words, "-r", args.redraw]
+
+
+def _interactive(host: Host, remote: list[str]) -> int:
+    """The remote command on this terminal (``ssh -tt``): the remote
+    multiserver draws, detaches and resets the terminal as it does here."""
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    argv = ssh_argv(host, remote, tty=True)
+    try:
+        return subprocess.run(argv, check=False).returncode
+    except FileNotFoundError as exc:
+        raise CliError("ssh is not installed (not on PATH)") from exc

@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--window", default="main", help="window of the saved arrangement (default: main)"
     )
+    p.add_argument(
+        "--host",
+        metavar="HOST",
+        help="start it on that host (multiserver host add), with the host's grace window"
+        " as its --linger",
+    )
     _env_options(p)
     _detach_options(p)
     p.add_argument(

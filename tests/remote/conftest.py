@@ -23,6 +23,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from tests.cli.conftest import open_terminal  # noqa: F401 - the person's terminal, a fixture
 from tests.conftest import MsDirs, daemon_pids_under, stop_daemon_sync, wait_until_sync
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
