@@ -4,9 +4,14 @@ hosts other commands reach through OpenSSH (``_hosts``, ``_ssh``)."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
+import termios
+import time
+import tty
 from argparse import Namespace
+from collections.abc import Iterator
 
 import attrs
 
@@ -24,7 +29,7 @@ from multiserver_cli._hosts import (
     save_hosts,
 )
 from multiserver_cli._sessions import check_name
-from multiserver_cli._ssh import remote_json, run_remote, ssh_argv
+from multiserver_cli._ssh import SSH_FAILED, remote_json, run_remote, ssh_argv
 
 
 def version_info() -> dict[str, object]:
@@ -192,20 +197,25 @@ def remote_new(host_name: str, args: Namespace) -> int:
         remote += ["--linger", f"{linger:g}"]
     if args.cwd:
         remote += ["--cwd", args.cwd]
-    if args.detach:
-        remote.append("-d")
-        if args.command:
-            remote += ["--", *args.command]
-        return _passed(run_remote(host, remote, timeout=host.timeout))
-    remote += _detach_words(args)
+    remote.append("-d")
     if args.command:
         remote += ["--", *args.command]
-    return _interactive(host, remote)
+    if args.detach:
+        return _passed(run_remote(host, remote, timeout=host.timeout))
+    # Made detached, then attached: an attach is what reconnects after a
+    # drop (a second `new` would find the name taken).
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
+    made = run_remote(host, remote, timeout=host.timeout)
+    name = made.stdout.decode(errors="replace").strip()
+    if made.returncode != 0 or not name:
+        return _passed(made)
+    return _interactive(host, ["attach", *_detach_words(args), check_name(name)], args.detach_key)
 
 
 def remote_attach(host_name: str, name: str, args: Namespace) -> int:
     host = host_of(host_name)
-    return _interactive(host, ["attach", *_detach_words(args), check_name(name)])
+    return _interactive(host, ["attach", *_detach_words(args), check_name(name)], args.detach_key)
 
 
 def _detach_words(args: Namespace) -> list[str]:
@@ -213,13 +223,89 @@ def _detach_words(args: Namespace) -> list[str]:
     return [*words, "-r", args.redraw]
 
 
-def _interactive(host: Host, remote: list[str]) -> int:
+# Reconnecting after a drop: waits double from the first to the last, and
+# it gives up RECONNECT_FOR seconds after the drop.
+RECONNECT_FIRST, RECONNECT_LAST = 0.5, 8.0
+RECONNECT_FOR = 300.0
+# A connection that lasted this long was up: a drop after it starts the
+# waits again from the first.
+WAS_UP = 10.0
+
+
+def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None) -> int:
     """The remote command on this terminal (``ssh -tt``): the remote
-    multiserver draws, detaches and resets the terminal as it does here."""
+    multiserver draws, detaches and resets the terminal as it does here.
+
+    A connection that drops (ssh exits 255, or is killed) is made again,
+    with waits that double up to RECONNECT_LAST, for RECONNECT_FOR seconds
+    at most, each wait said on the terminal; the detach key stops the
+    waiting. The remote session was let go of at the drop (sshd hung its
+    terminal up), so the next attach replays everything it wrote
+    meanwhile. The terminal's modes are put back after each ssh (one that
+    was killed could not)."""
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
+    # One round trip first: a host that cannot be reached is one line, not
+    # a reconnect loop; and the shared connection is up for ssh -tt.
+    compatible(remote_json(host, ["version", "--json"], timeout=host.timeout), host)
     argv = ssh_argv(host, remote, tty=True)
+    modes = termios.tcgetattr(0)
+    waits = _waits()
+    given_up_at: float | None = None
+    while True:
+        started = time.monotonic()
+        try:
+            status = subprocess.run(argv, check=False).returncode
+        except FileNotFoundError as exc:
+            raise CliError("ssh is not installed (not on PATH)") from exc
+        finally:
+            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+        if status != SSH_FAILED and status >= 0:
+            return status  # the remote attach's own end: detached, exited
+        now = time.monotonic()
+        if given_up_at is None or now - started >= WAS_UP:
+            given_up_at, waits = now + RECONNECT_FOR, _waits()
+        wait = next(waits)
+        if now + wait > given_up_at:
+            _say(f"[gave up reconnecting to {host.name} after {RECONNECT_FOR:g} s]")
+            return 1
+        stop = "" if detach_key is None else f"; {_key_name(detach_key)} to stop"
+        _say(f"[reconnecting to {host.name}... in {wait:g} s{stop}]")
+        if _key_within(detach_key, wait):
+            _say(f"[stopped reconnecting to {host.name}; the session runs on there]")
+            return 0
+
+
+def _waits() -> Iterator[float]:
+    wait = RECONNECT_FIRST
+    while True:
+        yield wait
+        wait = min(RECONNECT_LAST, wait * 2)
+
+
+def _say(line: str) -> None:
+    os.write(sys.stderr.fileno(), f"\r\n{line}\r\n".encode())
+
+
+def _key_name(key: bytes) -> str:
+    code = key[0]
+    return f"^{chr(code ^ 0x40)}" if code < 0x20 or code == 0x7F else key.decode()
+
+
+def _key_within(key: bytes | None, seconds: float) -> bool:
+    """Wait ``seconds``, reading the terminal raw: True if ``key`` came."""
+    end = time.monotonic() + seconds
+    modes = termios.tcgetattr(0)
     try:
-        return subprocess.run(argv, check=False).returncode
-    except FileNotFoundError as exc:
-        raise CliError("ssh is not installed (not on PATH)") from exc
+        tty.setraw(0, termios.TCSANOW)
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([0], [], [], left)
+            if ready:
+                typed = os.read(0, 1024)
+                if not typed:
+                    return True  # the terminal went away
+                if key is not None and key in typed:
+                    return True
+        return False
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, modes)

@@ -11,9 +11,11 @@ runtime and state dirs, given as the host's ``--command``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +26,14 @@ import attrs
 import pytest
 
 from tests.cli.conftest import open_terminal  # noqa: F401 - the person's terminal, a fixture
-from tests.conftest import MsDirs, daemon_pids_under, stop_daemon_sync, wait_until_sync
+from tests.conftest import (
+    MsDirs,
+    child_pids,
+    daemon_pids_under,
+    is_alive,
+    stop_daemon_sync,
+    wait_until_sync,
+)
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 SSH = shutil.which("ssh")
@@ -35,6 +44,32 @@ needs_sshd = pytest.mark.skipif(
     reason="needs OpenSSH (sshd, ssh; make test installs openssh-server where it runs as"
     " root with apt) and root to run sshd",
 )
+
+
+def process_tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(child_pids(p))
+    return out
+
+
+def ssh_masters_under(root: Path) -> list[int]:
+    """ssh's ControlMaster processes whose socket is under ``root`` (they
+    name it in their title: ``ssh: PATH [mux]``)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                title = f.read()
+        except OSError:
+            continue
+        if title.startswith(f"ssh: {root}/".encode()):
+            found.append(int(name))
+    return found
 
 
 def free_port() -> int:
@@ -149,8 +184,14 @@ def sshd(ms_dirs: MsDirs) -> Iterator[Remote]:
         )
         yield Remote("remote1", port, ssh_config, command, remote_root, user_key)
     finally:
-        proc.kill()
+        # ssh's shared connections (ControlPersist masters), then sshd and
+        # every connection it forked, all by pid.
+        pids = ssh_masters_under(ms_dirs.root) + process_tree(proc.pid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait(10)
+        wait_until_sync(lambda: not any(is_alive(p) for p in pids), 5.0)
         # The remote daemons (under remote_root: ms_dirs' teardown finds
         # them too; here first, while sshd's children are gone).
         for pid in daemon_pids_under(ms_dirs.root / "remote"):

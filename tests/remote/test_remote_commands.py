@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable
 
-from tests.cli.conftest import Terminal, person_env
-from tests.conftest import MsDirs
-from tests.remote.conftest import Remote
+import pytest
+import trio
+
+from tests.cli.conftest import Terminal, cmdline, person_env, session_pids
+from tests.conftest import POLL_INTERVAL, MsDirs
+from tests.remote.conftest import Remote, ssh_masters_under
 from tests.remote.test_hosts import run
 
 
@@ -55,3 +60,72 @@ def test_a_host_that_is_not_configured_is_named(ms_dirs: MsDirs, sshd: Remote) -
     assert done.stderr.strip() == (
         "multiserver: no host named nowhere (hosts: none: multiserver host add NAME --ssh DEST)"
     )
+
+
+async def wait_until(check: Callable[[], object], what: str, timeout: float) -> None:
+    with trio.move_on_after(timeout):
+        while not check():
+            await trio.sleep(POLL_INTERVAL * 4)
+        return
+    pytest.fail(f"not {what} within {timeout} s")
+
+
+def ssh_clients_in(term: Terminal) -> list[int]:
+    """The ``ssh -tt`` processes the person's terminal runs."""
+    return [p for p in session_pids(term.pid) if cmdline(p)[:1] == ["ssh"] and "-tt" in cmdline(p)]
+
+
+async def test_a_dropped_connection_reconnects_and_replays_what_was_missed(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh")
+    assert made.returncode == 0, made.stderr
+    env = {
+        **person_env(ms_dirs),
+        **sshd.ssh_env,
+        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
+    }
+    term = open_terminal(env=env)
+    await term.wait_prompt()
+    term.line("multiserver attach db1:web")
+    await wait_until(lambda: ssh_clients_in(term), "connected", 15)
+    # Output that keeps coming while the link is down: numbered lines.
+    term.line("i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo tick-$i; sleep 0.1; done")
+    await term.wait_screen("tick-3")
+    for pid in ssh_clients_in(term):
+        os.kill(pid, signal.SIGKILL)  # the link drops (as a laptop lid closing)
+    await term.wait_screen("[reconnecting to db1... in 0.5 s; ^\\ to stop]")
+    await term.wait_bytes(b"tick-40")
+    # Every line is there: those written while nobody was attached replayed.
+    shown = bytes(term.raw).decode(errors="replace")
+    assert all(f"tick-{i}\r\n" in shown for i in range(1, 41)), shown[-2000:]
+    term.type(b"\x1c")
+    await term.wait_screen("detached from web")
+
+
+async def test_the_detach_key_stops_the_reconnecting(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    assert run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh").returncode == 0
+    env = {
+        **person_env(ms_dirs),
+        **sshd.ssh_env,
+        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
+    }
+    term = open_terminal(env=env)
+    await term.wait_prompt()
+    term.line("multiserver attach db1:web")
+    await wait_until(lambda: ssh_clients_in(term), "connected", 15)
+    # The host goes away for good: sshd stops taking connections.
+    config = sshd.ssh_config.read_text().replace(f"Port {sshd.port}", "Port 1")
+    sshd.ssh_config.write_text(config)
+    for pid in ssh_masters_under(ms_dirs.root) + ssh_clients_in(term):
+        os.kill(pid, signal.SIGKILL)
+    await term.wait_screen("[reconnecting to db1...")
+    term.type(b"\x1c")
+    await term.wait_screen("[stopped reconnecting to db1; the session runs on there]")
+    await term.wait_prompt(count=2)
