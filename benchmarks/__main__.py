@@ -28,6 +28,7 @@ from benchmarks import (
     launch,
     memory,
     reattach,
+    remote,
     restoring,
     throughput,
 )
@@ -58,6 +59,7 @@ MODULES: tuple[ModuleType, ...] = (
     restoring,
     drain,
     commands,
+    remote,
 )
 RUNS = 7
 QUICK_RUNS = 3
