@@ -28,6 +28,7 @@ from benchmarks import (
     launch,
     memory,
     reattach,
+    remote,
     restoring,
     scrollback,
     throughput,
@@ -60,6 +61,7 @@ MODULES: tuple[ModuleType, ...] = (
     drain,
     commands,
     scrollback,
+    remote,
 )
 RUNS = 7
 QUICK_RUNS = 3

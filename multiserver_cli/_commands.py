@@ -40,6 +40,7 @@ from multiserver import (
 from multiserver_cli import _shown, _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import ls_table, print_json, save_summary
+from multiserver_cli._hosts import split_target
 from multiserver_cli._names import (
     NAME_TRIES,
     Create,
@@ -68,6 +69,7 @@ from restore import ArrangementStore, SessionLeaf, StoreError
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
+    from multiserver_cli._remote import RemoteSession
 
 
 def say(line: str, at_line_start: bool = False) -> None:
@@ -157,6 +159,10 @@ def cmd_stop(args: Namespace) -> int:
 
 
 def cmd_new(args: Namespace) -> int:
+    if args.host is not None:
+        from multiserver_cli._remote_cmd import remote_new
+
+        return remote_new(args.host, args)
     name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
     if args.attach_existing and name is None:
         raise CliError("-A needs a session name (-n NAME)", 2)
@@ -273,6 +279,11 @@ def _closer(store: ArrangementStore | None) -> CloseExited:
 
 
 def cmd_attach(args: Namespace) -> int:
+    host, remote_name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli._remote_cmd import remote_attach
+
+        return remote_attach(host, remote_name, args)
     name = check_name(args.name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
@@ -399,26 +410,46 @@ def cmd_ls(args: Namespace) -> int:
         {d.instance_id for d in view.daemons},
         all_seen=not args.daemon_given and not view.problems,
     )
+    remote, remote_problems = _remote_sessions(args)
+    for problem in remote_problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
     if args.json:
         print_json(
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
             + [_saved_end_json(leaf) for leaf in ended]
+            + [{**r.raw, "host": r.host} for r in remote]
         )
-    elif rows or ended:
-        several = len({s.socket for s in rows}) > 1
+    elif rows or ended or remote:
+        daemons = [s.daemon for s in rows] + [r.host for r in remote]
         print(
             ls_table(
-                [s.child for s in rows if s.child is not None],
+                [s.child for s in rows if s.child is not None] + [r.child for r in remote],
                 time.time(),
-                daemons=[s.daemon for s in rows] if several else None,
-                waiting=waiting,
+                daemons=daemons if len(set(daemons)) > 1 else None,
+                waiting=waiting + [r.waiting for r in remote],
                 ended=ended,
             )
         )
-    elif not view.problems:
+    elif not view.problems and not remote_problems:
         print("no sessions", file=sys.stderr)
-    # A daemon that could not be read is not "no sessions": say so, and fail.
-    return 1 if view.problems else 0
+    # A daemon or a host that could not be read is not "no sessions": say
+    # so, and fail.
+    return 1 if view.problems or remote_problems else 0
+
+
+def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
+    """The sessions of every configured host (none when ``--daemon N``
+    narrows ls to a local daemon)."""
+    if args.daemon_given:
+        return [], []
+    from multiserver_cli._hosts import load_hosts
+
+    hosts = load_hosts()
+    if not hosts:
+        return [], []
+    from multiserver_cli._remote import list_hosts
+
+    return list_hosts(list(hosts.values()))
 
 
 def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
@@ -466,6 +497,11 @@ def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, obje
 
 
 def cmd_peek(args: Namespace) -> int:
+    host, name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli._remote_cmd import remote_peek
+
+        return remote_peek(host, name, args)
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
     with open_store() as store:
@@ -504,6 +540,11 @@ def parse_signal(spec: str) -> int:
 
 
 def cmd_kill(args: Namespace) -> int:
+    host, name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli._remote_cmd import remote_kill
+
+        return remote_kill(host, name, args)
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
     only_signal = args.signal is not None
     with open_store() as store:

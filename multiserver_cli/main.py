@@ -171,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--window", default="main", help="window of the saved arrangement (default: main)"
     )
+    p.add_argument(
+        "--host",
+        metavar="HOST",
+        help="start it on that host (multiserver host add), with the host's grace window"
+        " as its --linger",
+    )
     _env_options(p)
     _detach_options(p)
     p.add_argument(
@@ -302,6 +308,47 @@ def build_parser() -> argparse.ArgumentParser:
     _to_option(p)
 
     p = _sub(
+        subs, "version", "print this multiserver's version and protocol", "multiserver version"
+    )
+    p.add_argument("--json", action="store_true", help="as one JSON object")
+
+    p = _sub(
+        subs,
+        "host",
+        "the other machines whose sessions this one reaches through ssh",
+        "multiserver host add db1 --ssh me@db1.example.com",
+    )
+    hosts = p.add_subparsers(dest="host_cmd", metavar="add|ls|rm", required=True)
+    h = hosts.add_parser("add", help="add a host (checks that its multiserver answers)")
+    h.add_argument("name", metavar="NAME", help="what HOST:SESSION starts with")
+    h.add_argument("--ssh", metavar="DEST", help="ssh's destination, [user@]host (default: NAME)")
+    h.add_argument(
+        "--command",
+        default="multiserver",
+        metavar="PATH",
+        help="the multiserver command there (default: multiserver)",
+    )
+    h.add_argument(
+        "--grace",
+        default="300",
+        metavar="S",
+        help="sessions started through it end S seconds after their last client (60-3600,"
+        " or none; default 300)",
+    )
+    h.add_argument(
+        "--timeout",
+        default="15",
+        metavar="S",
+        help="how long to wait for it, connecting included (default 15)",
+    )
+    h.add_argument("--replace", action="store_true", help="replace a host of that name")
+    h.add_argument("--no-check", action="store_true", help="do not connect to check it")
+    h = hosts.add_parser("ls", help="list the hosts")
+    h.add_argument("--json", action="store_true", help="one JSON array")
+    h = hosts.add_parser("rm", help="forget a host (its sessions run on)")
+    h.add_argument("name", metavar="NAME")
+
+    p = _sub(
         subs, "stop", "stop the daemon (refused while sessions run)", "multiserver stop --force"
     )
     p.add_argument("--force", action="store_true", help="end every session first")
@@ -344,6 +391,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "save": ("_commands", "cmd_save"),
     "service": ("_service", "cmd_service"),
     "restore": ("_restore_cmd", "cmd_restore"),
+    "version": ("_remote_cmd", "cmd_version"),
+    "host": ("_remote_cmd", "cmd_host"),
     "orphans": ("_restore_cmd", "cmd_orphans"),
 }
 ON_TRIO = frozenset({"_restore_cmd"})

@@ -32,16 +32,16 @@ from multiserver_cli._layouts import attached_session
 from restore._layout import LayoutNode, PaneNode, SplitNode, kitty_pairs
 from restore._plan import RELAUNCH_MARKER
 from tests.cli.conftest import SCREEN_TIMEOUT, ms, person_env, wait_session
-from tests.cli.test_layout_tmux import all_saved
+from tests.cli.test_layout_tmux import all_saved, make_sessions
 from tests.conftest import (
     POLL_INTERVAL,
     MsDirs,
-    child_pids,
     daemon_pids_under,
     is_alive,
     kill_children_of,
     wait_until_sync,
 )
+from tests.remote.sshd import process_tree
 
 KITTY = shutil.which("kitty")
 XVFB = shutil.which("Xvfb")
@@ -49,15 +49,6 @@ pytestmark = pytest.mark.skipif(
     KITTY is None or XVFB is None,
     reason="kitty or Xvfb is not installed (make test installs them where it can: apt, as root)",
 )
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(child_pids(p))
-    return out
 
 
 @attrs.define
@@ -149,7 +140,7 @@ class KittyRun:
     def kill(self) -> None:
         if self.proc is None:
             return
-        pids = _tree(self.proc.pid)
+        pids = process_tree(self.proc.pid)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -226,12 +217,7 @@ async def wait_until(check: Callable[[], object], what: str) -> None:
 async def test_a_kitty_layout_comes_back_after_a_reboot(
     ms_dirs: MsDirs, kittys: Callable[[str], KittyRun]
 ) -> None:
-    for name in "abcd":
-        (ms_dirs.root / name).mkdir()
-        await ms(
-            ms_dirs, "new", "-d", "-n", name, "--cwd", str(ms_dirs.root / name),
-            "--", "sh", "-c", f"echo before-reboot-{name}; exec sh",
-        )  # fmt: skip
+    await make_sessions(ms_dirs, "abcd")
     first = kittys("kitty-1")
     await trio.to_thread.run_sync(first.start, "multiserver", "attach", "a")
     (w_a,) = [w["id"] for t in first.tabs() for w in t["windows"]]

@@ -124,6 +124,17 @@ def servers(ms_dirs: MsDirs) -> Iterator[list[TmuxServer]]:
             s.kill()
 
 
+async def make_sessions(ms_dirs: MsDirs, names: str) -> None:
+    """A detached shell session for each of ``names``, each in a dir of its
+    own, having printed a line."""
+    for name in names:
+        (ms_dirs.root / name).mkdir()
+        await ms(
+            ms_dirs, "new", "-d", "-n", name, "--cwd", str(ms_dirs.root / name),
+            "--", "sh", "-c", f"echo before-reboot-{name}; exec sh",
+        )  # fmt: skip
+
+
 def all_saved(ms_dirs: MsDirs, names: str) -> bool:
     """Every one of ``names`` has its typed line in its saved scrollback."""
     with ArrangementStore.open() as store:
@@ -173,12 +184,7 @@ async def test_a_tmux_layout_comes_back_after_a_reboot(
     ms_dirs: MsDirs, servers: list[TmuxServer]
 ) -> None:
     env = person_env(ms_dirs)
-    for name in "abcd":
-        (ms_dirs.root / name).mkdir()
-        await ms(
-            ms_dirs, "new", "-d", "-n", name, "--cwd", str(ms_dirs.root / name),
-            "--", "sh", "-c", f"echo before-reboot-{name}; exec sh",
-        )  # fmt: skip
+    await make_sessions(ms_dirs, "abcd")
     first = TmuxServer(ms_dirs.root / "tmux-1.sock", env)
     servers.append(first)
     first.tmux(

@@ -1,0 +1,196 @@
+"""Figure: sessions on another host, through OpenSSH (issue 16).
+
+A real sshd on 127.0.0.1 (``tests.remote.sshd``: a host key and a user key
+made for the run; the client's ``ssh -F`` config never reads the user's
+``~/.ssh``) and a "remote" multiserver with its own dirs, added as host
+``db1``.
+
+- ``ls`` of that host, through the shared connection (the first call made
+  it; each later one is a round trip), beside ``ssh remote1 true`` (a
+  whole handshake, no shared connection) in the same run, interleaved.
+  The figure is the ratio: under 1 means listing a host costs less than
+  the cheapest ssh command would without the shared connection.
+- Throughput attached over SSH: a session on the host writes 8 MiB of
+  base64 text (``cat``) while ``multiserver attach db1:NAME`` runs on a
+  PTY here, beside ``ssh -tt remote1 cat FILE`` on a PTY in the same run;
+  both timed from the first byte to the last (what the link carries; not
+  the handshake, which the shared connection saves the attach). Target:
+  at least 0.9x.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from benchmarks.common import MEASURE_TIMEOUT, MIB, Scratch, run_command, scratch, spawn_on_pty
+from benchmarks.results import Limit, Row, Settings, median, spread
+from benchmarks.terminal import multiserver_bin
+from tests.remote.sshd import Remote, start_sshd, usable
+
+NAME = "remote"
+PAYLOAD = 8 * MIB
+THROUGHPUT_AT_LEAST = 0.9
+SECONDS = 120.0
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    code = run_command(argv, env, 30)
+    if code != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])}... exited with {code}")
+    return time.perf_counter() - t0
+
+
+def _payload(path: Path) -> None:
+    raw = os.urandom(PAYLOAD * 3 // 4)
+    text = base64.encodebytes(raw)  # 76-column lines
+    path.write_bytes(text[:PAYLOAD])
+
+
+def _drain(master: int, count: int, timeout: float) -> float:
+    """Read ``master`` until ``count`` bytes came: seconds from the first
+    byte to the last (what the link carries, not how long it took to
+    connect or to start the program)."""
+    got = 0
+    first: float | None = None
+    end = time.monotonic() + timeout
+    while got < count:
+        if time.monotonic() > end:
+            raise RuntimeError(f"only {got} of {count} bytes within {timeout} s")
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        if first is None:
+            first = time.perf_counter()
+        got += len(chunk)
+    if got < count or first is None:
+        raise RuntimeError(f"only {got} of {count} bytes came")
+    return time.perf_counter() - first
+
+
+def _stop(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+
+
+def _attached(ms: str, env: dict[str, str], name: str, lines: int) -> float:
+    """``attach db1:NAME`` on a PTY; the session waits for a key, then cats
+    the payload: seconds from the key to the last byte."""
+    pid, master = spawn_on_pty(ms, [ms, "attach", "-r", "none", f"db1:{name}"], env, size=(40, 120))
+    try:
+        seen = bytearray()
+        end = time.monotonic() + MEASURE_TIMEOUT
+        while b"ready" not in seen:  # the session's prompt, replayed
+            if time.monotonic() > end:
+                raise RuntimeError(f"attach never showed the session: {bytes(seen[-200:])!r}")
+            seen += os.read(master, 65536)
+        os.write(master, b"\r")
+        return _drain(master, PAYLOAD + lines, MEASURE_TIMEOUT)
+    finally:
+        os.close(master)
+        _stop(pid)
+
+
+def _ssh_cat(remote: Remote, path: Path, env: dict[str, str], lines: int) -> float:
+    argv = ["ssh", "-F", str(remote.ssh_config), "-tt", remote.alias, "cat", str(path)]
+    pid, master = spawn_on_pty("/usr/bin/ssh", argv, env, size=(40, 120))
+    try:
+        return _drain(master, PAYLOAD + lines, MEASURE_TIMEOUT)
+    finally:
+        os.close(master)
+        _stop(pid)
+
+
+def _measure(settings: Settings, sc: Scratch, remote: Remote) -> list[Row]:
+    ms = multiserver_bin()
+    env = sc.env(
+        HOME=str(sc.root),
+        MULTISERVER_CONFIG_DIR=str(sc.root / "config"),
+        **remote.ssh_env,
+    )
+    _timed([ms, "host", "add", "db1", "--ssh", remote.alias, "--command", remote.command], env)
+    path = sc.root / "payload.b64"
+    _payload(path)
+    lines = path.read_bytes().count(b"\n")
+    ls_ms: list[float] = []
+    ssh_ms: list[float] = []
+    attach_rate: list[float] = []
+    cat_rate: list[float] = []
+    ssh_true = ["ssh", "-F", str(remote.ssh_config), remote.alias, "true"]
+    for i in settings.runs_within(SECONDS):
+        ls_ms.append(_timed([ms, "ls"], env) * 1000)
+        ssh_ms.append(_timed(ssh_true, env) * 1000)
+        name = f"t{i}"
+        script = f"echo ready; read x; cat {path}; exec sleep 1000"
+        _timed([ms, "new", "--host", "db1", "-d", "-n", name, "--", "sh", "-c", script], env)
+        attach_rate.append(PAYLOAD / MIB / _attached(ms, env, name, lines))
+        _timed([ms, "kill", f"db1:{name}"], env)
+        cat_rate.append(PAYLOAD / MIB / _ssh_cat(remote, path, env, lines))
+    ratio = median([a / b for a, b in zip(ls_ms, ssh_ms, strict=True)])
+    tput = median([a / b for a, b in zip(attach_rate, cat_rate, strict=True)])
+    return [
+        Row(
+            figure="a host through OpenSSH: ls (lower is better)",
+            subject="multiserver ls (local + host db1, through the shared connection)",
+            value=median(ls_ms),
+            unit="ms",
+            runs=len(ls_ms),
+            baseline="ssh remote1 true (its own handshake)",
+            baseline_value=median(ssh_ms),
+            detail=f"range {spread(ls_ms)} ms; {ratio:.2f}x ssh true, per-run median",
+            samples=tuple(ls_ms),
+            baseline_samples=tuple(ssh_ms),
+        ),
+        Row.against(
+            Limit(">=", THROUGHPUT_AT_LEAST, tput, "x ssh -tt cat"),
+            figure="a host through OpenSSH: attached throughput, 8 MiB (higher is better)",
+            subject="multiserver attach db1:NAME (remote attach over ssh -tt)",
+            value=median(attach_rate),
+            unit="MiB/s",
+            runs=len(attach_rate),
+            baseline="ssh -tt remote1 cat FILE",
+            baseline_value=median(cat_rate),
+            detail=f"range {spread(attach_rate)} MiB/s; {tput:.2f}x ssh -tt cat, per-run median",
+            samples=tuple(attach_rate),
+            baseline_samples=tuple(cat_rate),
+        ),
+    ]
+
+
+def run(settings: Settings) -> list[Row]:
+    why = usable()
+    if why is not None:
+        return [
+            Row(
+                figure="a host through OpenSSH",
+                subject="not measured",
+                value=None,
+                unit="",
+                runs=0,
+                baseline="",
+                baseline_value=None,
+                detail=f"not run: {why}",
+            )
+        ]
+    with scratch("remote") as sc:
+        remote = start_sshd(sc.root / "ssh", sc.root / "remote", sc.root)
+        try:
+            return _measure(settings, sc, remote)
+        finally:
+            subprocess.run(
+                ["sh", "-c", f"{remote.command} stop --force"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            remote.stop()

@@ -1,0 +1,167 @@
+"""Hosts: other machines whose multiserver this one reaches through OpenSSH.
+
+A host is a name (what ``db1:web`` starts with), how ssh reaches it (its
+destination, as ``ssh`` takes it: the user's ``~/.ssh/config``, agent,
+jump hosts and known_hosts all apply), the remote ``multiserver`` command,
+and its grace window (how long a session started through it lives with no
+client). They are kept in ``hosts.json`` in the config dir
+(``$MULTISERVER_CONFIG_DIR``, else platformdirs' user config dir), written
+whole (a temporary file renamed over it); a file that cannot be read is
+said in one line and never overwritten by a command that only reads.
+
+Nothing here runs ssh (``_ssh`` does); everything here is pure but the
+file's read and write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import attrs
+
+from multiserver._paths import ensure_private_dir
+from multiserver_cli._errors import CliError
+
+HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# What ssh takes as a destination: [user@]host[:port] or ssh://...; never an
+# option (a leading "-"), never a space or a control character.
+_DEST_RE = re.compile(r"[^\s\x00-\x1f\x7f-][^\s\x00-\x1f\x7f]{0,254}")
+GRACE_DEFAULT = 300.0
+GRACE_MIN, GRACE_MAX = 60.0, 3600.0
+# How long a command waits for a host, connecting included (Orca's
+# per-target bound).
+TIMEOUT_DEFAULT = 15.0
+FILE_NAME = "hosts.json"
+_FORMAT = 1
+
+
+@attrs.frozen
+class Host:
+    """One remote machine. ``grace``: seconds a session started through it
+    lives with no client (None: for ever). ``needs_credential``: its last
+    connection asked for a passphrase or password (restore defers it).
+    ``timeout``: how long to wait for it."""
+
+    name: str
+    dest: str
+    command: str = "multiserver"
+    grace: float | None = GRACE_DEFAULT
+    needs_credential: bool = False
+    timeout: float = TIMEOUT_DEFAULT
+
+
+def check_host_name(name: str) -> str:
+    if not HOST_NAME_RE.fullmatch(name):
+        raise CliError(
+            f"bad host name {name!r}: letters, digits, '_', '.' and '-', not first"
+            " (it goes before ':' in HOST:SESSION)",
+            2,
+        )
+    return name
+
+
+def check_dest(dest: str) -> str:
+    if dest.startswith("-"):
+        raise CliError(f"bad ssh destination {dest!r}: it must not start with '-'", 2)
+    if not _DEST_RE.fullmatch(dest):
+        raise CliError(f"bad ssh destination {dest!r}: no spaces or control characters", 2)
+    return dest
+
+
+def check_command(command: str) -> str:
+    if not command or command.startswith("-") or "\n" in command or "\x00" in command:
+        raise CliError(f"bad remote command {command!r}", 2)
+    return command
+
+
+def parse_grace(text: str) -> float | None:
+    """``--grace``: seconds (60-3600) or ``none``."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise CliError(f"bad --grace {text!r}: seconds (60-3600) or 'none'", 2) from None
+    if not GRACE_MIN <= value <= GRACE_MAX:
+        raise CliError(f"--grace must be 60-3600 seconds or 'none', got {text}", 2)
+    return value
+
+
+def parse_timeout(text: str) -> float:
+    """``--timeout``: seconds, more than 0 and at most 600."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise CliError(f"bad --timeout {text!r}: seconds", 2) from None
+    if not 0 < value <= 600:
+        raise CliError(f"--timeout must be more than 0 and at most 600 s, got {text}", 2)
+    return value
+
+
+def split_target(text: str) -> tuple[str | None, str]:
+    """``HOST:SESSION`` -> (HOST, SESSION); a plain name -> (None, name)."""
+    host, sep, name = text.partition(":")
+    return (host, name) if sep else (None, text)
+
+
+def config_dir() -> Path:
+    given = os.environ.get("MULTISERVER_CONFIG_DIR")
+    if given:
+        return Path(given)
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("multiserver", appauthor=False))
+
+
+def hosts_path() -> Path:
+    return config_dir() / FILE_NAME
+
+
+def load_hosts(path: Path | None = None) -> dict[str, Host]:
+    """The configured hosts by name (none if the file does not exist);
+    CliError, in one line, if it cannot be read."""
+    path = path or hosts_path()
+    try:
+        raw = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read the hosts file {path}: {exc}") from exc
+    hosts: dict[str, Host] = {}
+    try:
+        entries = raw["hosts"]
+        for entry in entries:
+            grace = entry.get("grace", GRACE_DEFAULT)
+            host = Host(
+                check_host_name(str(entry["name"])),
+                check_dest(str(entry["dest"])),
+                check_command(str(entry.get("command", "multiserver"))),
+                None if grace is None else float(grace),
+                bool(entry.get("needs_credential", False)),
+                parse_timeout(str(entry.get("timeout", TIMEOUT_DEFAULT))),
+            )
+            hosts[host.name] = host
+    except (KeyError, TypeError, ValueError, CliError) as exc:
+        raise CliError(f"the hosts file {path} is damaged ({exc}); fix or move it") from exc
+    return hosts
+
+
+def save_hosts(hosts: dict[str, Host], path: Path | None = None) -> None:
+    path = path or hosts_path()
+    ensure_private_dir(path.parent)
+    data = {"format": _FORMAT, "hosts": [attrs.asdict(h) for h in hosts.values()]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CliError(f"cannot write the hosts file {path}: {exc.strerror}") from exc

@@ -1,0 +1,311 @@
+"""``multiserver version`` and ``multiserver host add | ls | rm``: the
+hosts other commands reach through OpenSSH (``_hosts``, ``_ssh``)."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import termios
+import time
+import tty
+from argparse import Namespace
+from collections.abc import Iterator
+
+import attrs
+
+from multiserver._messages import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+from multiserver_cli._errors import CliError
+from multiserver_cli._format import print_json, table
+from multiserver_cli._hosts import (
+    Host,
+    check_command,
+    check_dest,
+    check_host_name,
+    load_hosts,
+    parse_grace,
+    parse_timeout,
+    save_hosts,
+)
+from multiserver_cli._sessions import check_name
+from multiserver_cli._ssh import SSH_FAILED, remote_json, run_remote, ssh_argv
+
+
+def version_info() -> dict[str, object]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("multiserver")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {"version": ours, "protocol": PROTOCOL_VERSION, "min_protocol": MIN_PROTOCOL_VERSION}
+
+
+def cmd_version(args: Namespace) -> int:
+    info = version_info()
+    if args.json:
+        print_json(info)
+    else:
+        print(
+            f"multiserver {info['version']} (protocol {PROTOCOL_VERSION},"
+            f" speaks {MIN_PROTOCOL_VERSION}-{PROTOCOL_VERSION})"
+        )
+    return 0
+
+
+def compatible(answer: object, host: Host) -> str:
+    """The remote's version, if its answer to ``version --json`` says it
+    speaks a protocol we speak; CliError, saying what to install, if not."""
+    if not isinstance(answer, dict) or not all(
+        isinstance(answer.get(k), int) for k in ("protocol", "min_protocol")
+    ):
+        raise CliError(f"{host.name}: `{host.command} version --json` answered {answer!r}")
+    theirs = (answer["min_protocol"], answer["protocol"])
+    if theirs[1] < MIN_PROTOCOL_VERSION or theirs[0] > PROTOCOL_VERSION:
+        raise CliError(
+            f"{host.name}: its multiserver {answer.get('version')} speaks protocol"
+            f" {theirs[0]}-{theirs[1]}, this one {MIN_PROTOCOL_VERSION}-{PROTOCOL_VERSION}:"
+            f" install the same multiserver on {host.dest} as here"
+            f" ({version_info()['version']})"
+        )
+    return str(answer.get("version"))
+
+
+def cmd_host(args: Namespace) -> int:
+    return {"add": _add, "ls": _ls, "rm": _rm}[args.host_cmd](args)
+
+
+def _add(args: Namespace) -> int:
+    name = check_host_name(args.name)
+    host = Host(
+        name,
+        check_dest(args.ssh or name),
+        check_command(args.command),
+        parse_grace(args.grace),
+        timeout=parse_timeout(args.timeout),
+    )
+    hosts = load_hosts()
+    if name in hosts and not args.replace:
+        raise CliError(f"a host named {name} exists already (--replace to change it)")
+    if args.no_check:
+        remote = "not checked"
+    else:
+        # A person is here: a passphrase may be typed (BatchMode off), and
+        # then the host is one that needs a credential (restore defers it).
+        try:
+            remote = compatible(remote_json(host, ["version", "--json"]), host)
+        except CliError as exc:
+            if "ssh failed" not in str(exc) or not sys.stdin.isatty():
+                raise
+            remote = compatible(remote_json(host, ["version", "--json"], batch=False), host)
+            host = attrs.evolve(host, needs_credential=True)
+    hosts[name] = host
+    save_hosts(hosts)
+    grace = "none" if host.grace is None else f"{host.grace:g} s"
+    print(f"added {name} ({host.dest}, multiserver {remote}, grace {grace})", file=sys.stderr)
+    return 0
+
+
+def _ls(args: Namespace) -> int:
+    hosts = load_hosts()
+    if args.json:
+        print_json([_row(h) for h in hosts.values()])
+        return 0
+    if not hosts:
+        print("no hosts (add one: multiserver host add NAME --ssh DEST)", file=sys.stderr)
+        return 0
+    rows = [
+        [
+            h.name,
+            h.dest,
+            h.command,
+            "none" if h.grace is None else f"{h.grace:g}s",
+            "needs one" if h.needs_credential else "-",
+        ]
+        for h in hosts.values()
+    ]
+    print(table(["NAME", "SSH", "COMMAND", "GRACE", "CREDENTIAL"], rows))
+    return 0
+
+
+def _row(h: Host) -> dict[str, object]:
+    return {
+        "name": h.name,
+        "dest": h.dest,
+        "command": h.command,
+        "grace": h.grace,
+        "needs_credential": h.needs_credential,
+        "timeout": h.timeout,
+    }
+
+
+def _rm(args: Namespace) -> int:
+    hosts = load_hosts()
+    if args.name not in hosts:
+        raise CliError(f"no host named {args.name}")
+    del hosts[args.name]
+    save_hosts(hosts)
+    print(f"removed {args.name}", file=sys.stderr)
+    return 0
+
+
+# --- commands through a host -------------------------------------------------------
+
+
+def host_of(name: str) -> Host:
+    """The configured host ``name``; CliError listing the known ones if none."""
+    hosts = load_hosts()
+    if name not in hosts:
+        known = ", ".join(sorted(hosts)) or "none: multiserver host add NAME --ssh DEST"
+        raise CliError(f"no host named {name} (hosts: {known})")
+    return hosts[name]
+
+
+def _passed(done: subprocess.CompletedProcess[bytes]) -> int:
+    """The remote command's output and status, as if it ran here."""
+    sys.stdout.buffer.write(done.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(done.stderr)
+    sys.stderr.buffer.flush()
+    return done.returncode
+
+
+def remote_peek(host_name: str, name: str, args: Namespace) -> int:
+    host = host_of(host_name)
+    extra = [] if args.bytes is None else ["--bytes", str(args.bytes)]
+    return _passed(run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout))
+
+
+def remote_kill(host_name: str, name: str, args: Namespace) -> int:
+    host = host_of(host_name)
+    extra = [] if args.signal is None else ["-s", str(args.signal)]
+    return _passed(run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout))
+
+
+def remote_new(host_name: str, args: Namespace) -> int:
+    """``new --host H``: the session starts there, with the host's grace
+    window as its linger (unless ``--linger`` says otherwise)."""
+    host = host_of(host_name)
+    remote = ["new"]
+    if args.name is not None:
+        remote += ["-n", check_name(args.name, new=not args.attach_existing)]
+    if args.attach_existing:
+        remote.append("-A")
+    linger = args.linger if args.linger is not None else host.grace
+    if linger is not None:
+        remote += ["--linger", f"{linger:g}"]
+    if args.cwd:
+        remote += ["--cwd", args.cwd]
+    remote.append("-d")
+    if args.command:
+        remote += ["--", *args.command]
+    if args.detach:
+        return _passed(run_remote(host, remote, timeout=host.timeout))
+    # Made detached, then attached: an attach is what reconnects after a
+    # drop (a second `new` would find the name taken).
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
+    made = run_remote(host, remote, timeout=host.timeout)
+    name = made.stdout.decode(errors="replace").strip()
+    if made.returncode != 0 or not name:
+        return _passed(made)
+    return _interactive(host, ["attach", *_detach_words(args), check_name(name)], args.detach_key)
+
+
+def remote_attach(host_name: str, name: str, args: Namespace) -> int:
+    host = host_of(host_name)
+    return _interactive(host, ["attach", *_detach_words(args), check_name(name)], args.detach_key)
+
+
+def _detach_words(args: Namespace) -> list[str]:
+    words = ["-E"] if args.no_detach else ["-e", args.detach_spec]
+    return [*words, "-r", args.redraw]
+
+
+# Reconnecting after a drop: waits double from the first to the last, and
+# it gives up RECONNECT_FOR seconds after the drop.
+RECONNECT_FIRST, RECONNECT_LAST = 0.5, 8.0
+RECONNECT_FOR = 300.0
+# A connection that lasted this long was up: a drop after it starts the
+# waits again from the first.
+WAS_UP = 10.0
+
+
+def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None) -> int:
+    """The remote command on this terminal (``ssh -tt``): the remote
+    multiserver draws, detaches and resets the terminal as it does here.
+
+    A connection that drops (ssh exits 255, or is killed) is made again,
+    with waits that double up to RECONNECT_LAST, for RECONNECT_FOR seconds
+    at most, each wait said on the terminal; the detach key stops the
+    waiting. The remote session was let go of at the drop (sshd hung its
+    terminal up), so the next attach replays everything it wrote
+    meanwhile. The terminal's modes are put back after each ssh (one that
+    was killed could not)."""
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    # One round trip first: a host that cannot be reached is one line, not
+    # a reconnect loop; and the shared connection is up for ssh -tt.
+    compatible(remote_json(host, ["version", "--json"], timeout=host.timeout), host)
+    argv = ssh_argv(host, remote, tty=True)
+    modes = termios.tcgetattr(0)
+    waits = _waits()
+    given_up_at: float | None = None
+    while True:
+        started = time.monotonic()
+        try:
+            status = subprocess.run(argv, check=False).returncode
+        except FileNotFoundError as exc:
+            raise CliError("ssh is not installed (not on PATH)") from exc
+        finally:
+            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+        if status != SSH_FAILED and status >= 0:
+            return status  # the remote attach's own end: detached, exited
+        now = time.monotonic()
+        if given_up_at is None or now - started >= WAS_UP:
+            given_up_at, waits = now + RECONNECT_FOR, _waits()
+        wait = next(waits)
+        if now + wait > given_up_at:
+            _say(f"[gave up reconnecting to {host.name} after {RECONNECT_FOR:g} s]")
+            return 1
+        stop = "" if detach_key is None else f"; {_key_name(detach_key)} to stop"
+        _say(f"[reconnecting to {host.name}... in {wait:g} s{stop}]")
+        if _key_within(detach_key, wait):
+            _say(f"[stopped reconnecting to {host.name}; the session runs on there]")
+            return 0
+
+
+def _waits() -> Iterator[float]:
+    wait = RECONNECT_FIRST
+    while True:
+        yield wait
+        wait = min(RECONNECT_LAST, wait * 2)
+
+
+def _say(line: str) -> None:
+    os.write(sys.stderr.fileno(), f"\r\n{line}\r\n".encode())
+
+
+def _key_name(key: bytes) -> str:
+    code = key[0]
+    return f"^{chr(code ^ 0x40)}" if code < 0x20 or code == 0x7F else key.decode()
+
+
+def _key_within(key: bytes | None, seconds: float) -> bool:
+    """Wait ``seconds``, reading the terminal raw: True if ``key`` came."""
+    end = time.monotonic() + seconds
+    modes = termios.tcgetattr(0)
+    try:
+        tty.setraw(0, termios.TCSANOW)
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([0], [], [], left)
+            if ready:
+                typed = os.read(0, 1024)
+                if not typed:
+                    return True  # the terminal went away
+                if key is not None and key in typed:
+                    return True
+        return False
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, modes)
