@@ -233,9 +233,15 @@ def track_pane(name: str) -> None:
     terminal, pane = here
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.fork() != 0:
+    child = os.fork()
+    if child != 0:
+        # The child forks the one that works and exits at once: reaped
+        # here, so no zombie waits for the attach to end.
+        os.waitpid(child, 0)
         return
-    try:  # the child: its own session, nothing on the terminal
+    if os.fork() != 0:
+        os._exit(0)
+    try:  # the grandchild: its own session, nothing on the terminal
         os.setsid()
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
@@ -282,10 +288,11 @@ def open_layout(
             terminal.open(ops, env)
     except TerminalError as exc:
         raise CliError(str(exc)) from exc
-    if which == "tmux" and ops and not os.environ.get("TMUX"):
+    if which == "tmux" and ops:
         server = f"-S {shlex.quote(args.to)} " if args.to else ""
         first = shlex.quote(ops[0].window) if isinstance(ops[0], OpenTab) else "..."
-        lines.append(f"in tmux, detached: see it with `tmux {server}attach -t {first}`")
+        how = "switch-client" if os.environ.get("TMUX") and not args.to else "attach"
+        lines.append(f"in tmux, detached: see it with `tmux {server}{how} -t {first}`")
     return ops, lines
 
 
