@@ -180,7 +180,12 @@ def remote_peek(host_name: str, name: str, args: Namespace) -> int:
 def remote_kill(host_name: str, name: str, args: Namespace) -> int:
     host = host_of(host_name)
     extra = [] if args.signal is None else ["-s", str(args.signal)]
-    return _passed(run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout))
+    status = _passed(run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout))
+    if status == 0 and args.signal is None:
+        from multiserver_cli._remote_restore import forget_made
+
+        forget_made(f"{host_name}:{name}")
+    return status
 
 
 def remote_new(host_name: str, args: Namespace) -> int:
@@ -200,22 +205,36 @@ def remote_new(host_name: str, args: Namespace) -> int:
     remote.append("-d")
     if args.command:
         remote += ["--", *args.command]
-    if args.detach:
-        return _passed(run_remote(host, remote, timeout=host.timeout))
+    if not args.detach and not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
     # Made detached, then attached: an attach is what reconnects after a
     # drop (a second `new` would find the name taken).
-    if not os.isatty(0):
-        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
     made = run_remote(host, remote, timeout=host.timeout)
     name = made.stdout.decode(errors="replace").strip()
     if made.returncode != 0 or not name:
+        return _passed(made)
+    from multiserver_cli._remote_restore import record_made
+
+    record_made(host, check_name(name))  # saved here as HOST:NAME, for restore
+    if args.detach:
         return _passed(made)
     return _interactive(host, ["attach", *_detach_words(args), check_name(name)], args.detach_key)
 
 
 def remote_attach(host_name: str, name: str, args: Namespace) -> int:
     host = host_of(host_name)
-    return _interactive(host, ["attach", *_detach_words(args), check_name(name)], args.detach_key)
+    check_name(name)
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    # A session restore started again there: its notice (the saved
+    # scrollback, the marker and why) first, once.
+    from multiserver_cli._state import open_store, take_notice
+
+    with open_store() as store:
+        notice = take_notice(store, f"{host_name}:{name}")
+    if notice:
+        os.write(sys.stdout.fileno(), notice)
+    return _interactive(host, ["attach", *_detach_words(args), name], args.detach_key)
 
 
 def _detach_words(args: Namespace) -> list[str]:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -165,15 +166,31 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
             return None
         _state.finish_pending_closes(store)
         arrangement = store.load()
-        total = len(arrangement.leaves())
+        local = [leaf for leaf in arrangement.leaves() if leaf.host is None]
+        remote = [leaf for leaf in arrangement.leaves() if leaf.host is not None]
         sink = StoreSink(store)
-        daemons = len({leaf.ref.socket for leaf in arrangement.leaves() if leaf.ref is not None})
+        daemons = len({leaf.ref.socket for leaf in local if leaf.ref is not None})
         if not args.json:
+            hosts = {leaf.host for leaf in remote}
+            elsewhere = f" and {plural(len(remote), 'session')} of {plural(len(hosts), 'host')}"
             print(
-                f"restoring {plural(total, 'session')} of {plural(daemons, 'daemon')}"
-                f" within {args.timeout:g} s",
+                f"restoring {plural(len(local), 'session')} of {plural(daemons, 'daemon')}"
+                f"{elsewhere if remote else ''} within {args.timeout:g} s",
                 file=sys.stderr,
             )
+        # Sessions on other hosts: asked over ssh, host by host at once, in
+        # a thread of its own while the local restore runs (_remote_restore).
+        remote_rows: list[dict[str, object]] = []
+        options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
+        worker: threading.Thread | None = None
+        if remote:
+            from multiserver_cli._remote_restore import restore_remote
+
+            def remotely() -> None:
+                remote_rows.extend(restore_remote(remote, options, args.timeout))
+
+            worker = threading.Thread(target=remotely, name="hosts", daemon=True)
+            worker.start()
 
         def progress(s: RestoredSession) -> None:
             if not args.json:
@@ -183,7 +200,6 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
             if not args.json:
                 print(f"  {_arrival_line(att)}", file=sys.stderr)
 
-        options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
         async with trio.open_nursery() as nursery:
             # Late arrivals wait until every session is built: until then a
             # leaf may still reference the late child (its relaunch is not
@@ -232,12 +248,18 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
                 swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
             # Partial attaches to wedged daemons are abandoned here.
             nursery.cancel_scope.cancel()
+        if worker is not None:
+            # restore_remote keeps to the deadline; this bound is for safety.
+            await trio.to_thread.run_sync(worker.join, args.timeout + 5)
+            for r in remote_rows:
+                if not args.json:
+                    print(f"  {r['name']}: {r['outcome']} ({r['detail']})", file=sys.stderr)
     extra = [r for r in [*late_rows, *swept.rows] if r.action != "none"]
     return {
-        "sessions": [_row(s) for s in result.sessions],
+        "sessions": [_row(s) for s in result.sessions] + remote_rows,
         "sweep": [_sweep_row(r) for r in extra],
         "seconds": round(result.elapsed, 4),
-        "ok": result.ok,
+        "ok": result.ok and all(r["outcome"] != "failed" for r in remote_rows),
         "saved": result.saved,
     }
 

@@ -34,7 +34,7 @@ SSH_FAILED = 255
 NOT_FOUND = 127
 # How long a remote command may take (connecting included).
 REMOTE_TIMEOUT = 15.0
-_AUTH_WORDS = ("permission denied", "passphrase", "password", "authentication")
+AUTH_WORDS = ("permission denied", "passphrase", "password", "authentication")
 
 
 def control_dir() -> Path:
@@ -78,7 +78,7 @@ def failure(host: Host, done: subprocess.CompletedProcess[bytes]) -> RemoteFailu
     multiserver ran (whatever its own exit status)."""
     said = " ".join(done.stderr.decode(errors="replace").split())[-300:]
     if done.returncode == SSH_FAILED:
-        credential = any(w in said.lower() for w in _AUTH_WORDS)
+        credential = any(w in said.lower() for w in AUTH_WORDS)
         return RemoteFailure(f"{host.name}: ssh failed: {said or 'no reason given'}", credential)
     if done.returncode == NOT_FOUND:
         return RemoteFailure(

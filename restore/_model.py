@@ -20,6 +20,7 @@ way to becoming its leaf's scrollback).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -50,8 +51,17 @@ def check_session_name(name: str) -> None:
         raise ValueError(f"bad session name {name!r}")
 
 
-def _valid_name(_inst: object, _attr: attrs.Attribute[str], value: str) -> None:
-    check_session_name(value)
+# A host's name, as ``multiserver host add`` takes it (the part before ":").
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _valid_name(inst: SessionLeaf, _attr: attrs.Attribute[str], value: str) -> None:
+    """A local session's name, or ``HOST:NAME`` for one on another host
+    (whose ``host`` is that HOST)."""
+    host, sep, name = value.rpartition(":")
+    check_session_name(name)
+    if sep and not HOST_RE.fullmatch(host):
+        raise ValueError(f"bad host in session name {value!r}")
 
 
 @attrs.frozen
@@ -94,6 +104,9 @@ class SessionLeaf:
     # scrollback and its marker line); cleared once shown. Bounded like
     # scrollback, keeping the newest bytes, so the marker line survives.
     notice: bytes | None = attrs.field(default=None, converter=_bounded_or_none)
+    # The host it lives on (``multiserver host add``), for a session named
+    # HOST:NAME; its ``ref`` is then the remote daemon's. None: this machine.
+    host: str | None = None
     # Set while a relaunch of this session is asked and not yet recorded
     # (see PendingLaunch); cleared with the record of its new ``ref``.
     pending_launch: PendingLaunch | None = None
@@ -102,6 +115,10 @@ class SessionLeaf:
     # reports it and starts nothing, even once its daemon is gone. None: it
     # was running.
     exit_code: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if (self.name.rpartition(":")[0] or None) != self.host:
+            raise ValueError(f"session {self.name!r} names host {self.host!r} otherwise")
 
 
 @attrs.frozen

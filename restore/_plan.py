@@ -20,6 +20,8 @@ Outcomes (one per leaf, never none):
     held        a client holds its child: another terminal, another restore
                 (EBUSY), or an attach client whose daemon died (``_held``):
                 it runs; nothing started, the session stays saved
+    deferred    on another host that needs a credential (a passphrase): not
+                contacted at login; its first attach brings it back
     failed      anything else, with the reason
 """
 
@@ -35,7 +37,9 @@ import attrs
 from multiserver import ChildInfo, describe_exit
 from restore._model import Arrangement, RestorationRef, SessionLeaf
 
-Outcome = Literal["attached", "ended", "relaunched", "expired", "timed-out", "held", "failed"]
+Outcome = Literal[
+    "attached", "ended", "relaunched", "expired", "timed-out", "held", "deferred", "failed"
+]
 OUTCOMES: tuple[Outcome, ...] = (
     "attached",
     "ended",
@@ -43,6 +47,7 @@ OUTCOMES: tuple[Outcome, ...] = (
     "expired",
     "timed-out",
     "held",
+    "deferred",
     "failed",
 )
 # What --no-relaunch leaves a session whose child is gone or did not answer.
@@ -70,6 +75,8 @@ def plan_restore(arrangement: Arrangement) -> Plan:
     by_socket: dict[str, list[SessionLeaf]] = {}
     unreferenced: list[SessionLeaf] = []
     for leaf in arrangement.leaves():
+        if leaf.host is not None:
+            continue  # on another host: the command line restores it, over ssh
         if leaf.ref is None:
             unreferenced.append(leaf)
         else:
@@ -339,3 +346,55 @@ def relaunch_notice(leaf: SessionLeaf, why: str) -> bytes:
     if head and not head.endswith(b"\n"):
         head += b"\r\n"
     return head + f"\x1b[0m{RELAUNCH_MARKER}\r\n({why})\r\n".encode()
+
+
+# --- sessions on other hosts ------------------------------------------------------
+
+
+@attrs.frozen
+class HostAnswer:
+    """What a host said when asked for its sessions (over ssh, by the
+    command line): ``listed`` them (name -> (instance, child id, pid, state,
+    exit code)), needs a ``credential`` (a passphrase: not asked at login),
+    ``failed`` (why), or ``silent`` (not within its timeout)."""
+
+    kind: Literal["listed", "credential", "failed", "silent"]
+    host: str
+    sessions: dict[str, tuple[str, int, int, str, int | None]] = attrs.Factory(dict)
+    why: str = ""
+
+
+def decide_remote(leaf: SessionLeaf, answer: HostAnswer, options: Options) -> Decision:
+    """The outcome of a session on another host (``leaf.host``), from its
+    host's answer (pure). A host that needs a credential is deferred to the
+    session's first attach, as Orca defers targets that need a passphrase;
+    a silent one is left for the next try, never relaunched elsewhere."""
+    name = leaf.name.rpartition(":")[2]
+    if answer.kind == "credential":
+        return Decision(
+            "deferred",
+            f"{answer.host} needs a credential: `multiserver attach {leaf.name}` brings it back",
+            relaunch=False,
+        )
+    if answer.kind == "failed":
+        return Decision("failed", answer.why, relaunch=False)
+    if answer.kind == "silent":
+        return Decision("timed-out", f"{answer.why}; nothing started", relaunch=False)
+    found = answer.sessions.get(name)
+    ref = leaf.ref
+    if found is not None and ref is not None and found[:2] == (ref.instance_id, ref.child_id):
+        _instance, _child, pid, state, code = found
+        if state == "exited":
+            ended = "ended" if code is None else describe_exit(code)
+            return Decision("ended", f"session ended on {answer.host} ({ended})", relaunch=False)
+        return Decision("attached", f"running on {answer.host}, pid {pid}", relaunch=False)
+    if found is not None:
+        return Decision(
+            "failed",
+            f"{answer.host} has another session named {name}: not started again",
+            relaunch=False,
+        )
+    why = "gone from its host (grace window elapsed, or the host rebooted)"
+    if ref is None:
+        why = "never started"
+    return decide_gone(why, options)

@@ -20,12 +20,14 @@ from restore._plan import (
     ClaimAnswer,
     DaemonTarget,
     Decision,
+    HostAnswer,
     LaunchAnswer,
     Options,
     RestoreDeadline,
     decide_claimed,
     decide_gone,
     decide_held,
+    decide_remote,
     decide_saved_end,
     decide_timed_out,
     decide_unsettled,
@@ -289,6 +291,34 @@ def test_timed_out_is_relaunched_unless_no_relaunch() -> None:
     )
 
 
+def remote_leaf() -> SessionLeaf:
+    ref = RestorationRef("/run/ms/d.sock", "i1", 3, 99)
+    return SessionLeaf("db1:web", ["sh"], "/srv", ref=ref, host="db1")
+
+
+def test_a_session_on_another_host_from_its_hosts_answer() -> None:
+    leaf = remote_leaf()
+    live = HostAnswer("listed", "db1", {"web": ("i1", 3, 99, "running", None)})
+    assert decide_remote(leaf, live, RELAUNCH) == Decision(
+        "attached", "running on db1, pid 99", relaunch=False
+    )
+    ended = HostAnswer("listed", "db1", {"web": ("i1", 3, 99, "exited", 2)})
+    assert decide_remote(leaf, ended, RELAUNCH).outcome == "ended"
+    gone = decide_remote(leaf, HostAnswer("listed", "db1", {}), RELAUNCH)
+    assert (gone.outcome, gone.relaunch) == ("relaunched", True)
+    assert "gone from its host" in gone.detail
+    assert decide_remote(leaf, HostAnswer("listed", "db1", {}), NO_RELAUNCH).outcome == "expired"
+    other = HostAnswer("listed", "db1", {"web": ("i2", 1, 5, "running", None)})
+    assert (decide_remote(leaf, other, RELAUNCH).outcome, "another") == ("failed", "another")
+    deferred = decide_remote(leaf, HostAnswer("credential", "db1"), RELAUNCH)
+    assert deferred.outcome == "deferred" and not deferred.relaunch
+    assert "`multiserver attach db1:web`" in deferred.detail
+    silent = decide_remote(leaf, HostAnswer("silent", "db1", why="no answer in 2 s"), RELAUNCH)
+    assert (silent.outcome, silent.relaunch) == ("timed-out", False)
+    failed = decide_remote(leaf, HostAnswer("failed", "db1", why="refused"), RELAUNCH)
+    assert (failed.outcome, failed.detail) == ("failed", "refused")
+
+
 def test_every_outcome_is_reachable_from_the_rules() -> None:
     produced = {
         decide_claimed(ClaimAnswer(child(1)), RELAUNCH).outcome,
@@ -299,6 +329,7 @@ def test_every_outcome_is_reachable_from_the_rules() -> None:
         decide_claimed(ClaimAnswer(None, errno.EBUSY), RELAUNCH).outcome,
         decide_held(4242).outcome,
         decide_claimed(ClaimAnswer(None, errno.EIO), RELAUNCH).outcome,
+        decide_remote(remote_leaf(), HostAnswer("credential", "db1"), RELAUNCH).outcome,
     }
     assert produced == set(OUTCOMES)
 

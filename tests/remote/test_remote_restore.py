@@ -1,0 +1,120 @@
+"""restore with five hosts at once (issue 16): one eager, one deferred (a
+key with a passphrase and no agent), one refusing connections, one that
+accepts and never answers, and one whose session expired there."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+
+from restore import ArrangementStore, RestorationRef, SessionLeaf
+from restore._plan import RELAUNCH_MARKER
+from tests.conftest import MsDirs, daemon_pids_under, kill_children_of, wait_until_sync
+from tests.remote.conftest import Remote
+from tests.remote.test_hosts import run
+
+
+def remotely(sshd: Remote, *args: str) -> None:
+    subprocess.run(
+        ["sh", "-c", f"{sshd.command} " + " ".join(args)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def saved(ms_dirs: MsDirs) -> dict[str, SessionLeaf]:
+    with ArrangementStore.open() as store:
+        return {leaf.name: leaf for leaf in store.load().leaves()}
+
+
+def test_restore_with_five_hosts_at_once(ms_dirs: MsDirs, sshd: Remote) -> None:
+    # A key with a passphrase, and no agent: BatchMode cannot use it.
+    locked_key = ms_dirs.root / "ssh" / "locked_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(locked_key)],
+        check=True,
+        timeout=30,
+    )
+    authorized = ms_dirs.root / "ssh" / "authorized_keys"
+    authorized.write_text(authorized.read_text() + locked_key.with_suffix(".pub").read_text())
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        config = sshd.ssh_config.read_text()
+        known = ms_dirs.root / "ssh" / "known_hosts"
+        # Named otherwise than 127.0.0.1, so that it gets a connection of its
+        # own, not the eager host's (ssh shares one per host, port and user).
+        known.write_text(known.read_text() + known.read_text().replace("127.0.0.1", "localhost"))
+        config += (
+            f"Host locked\n  HostName localhost\n  Port {sshd.port}\n  User root\n"
+            f"  IdentityFile {locked_key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+            f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
+            "Host refusing\n  HostName 127.0.0.1\n  Port 1\n"
+            f"Host silent\n  HostName 127.0.0.1\n  Port {silent.getsockname()[1]}\n"
+            "  ConnectTimeout 60\n"
+        )
+        sshd.ssh_config.write_text(config)
+        for name, dest, extra in [
+            ("eager", sshd.alias, []),
+            ("expiring", sshd.alias, []),
+            ("deferred", "locked", ["--no-check"]),
+            ("refusing", "refusing", ["--no-check"]),
+            ("silent", "silent", ["--no-check", "--timeout", "2"]),
+        ]:
+            added = run(
+                ms_dirs, sshd, "host", "add", name, "--ssh", dest,
+                "--command", sshd.command, *extra,
+            )  # fmt: skip
+            assert added.returncode == 0, added.stderr
+
+        # Sessions made through the eager host and the one that will expire
+        # are saved here as HOST:NAME.
+        for target, name in [("eager", "web"), ("expiring", "job")]:
+            made = run(ms_dirs, sshd, "new", "--host", target, "-d", "-n", name, "--", "sh")
+            assert made.returncode == 0, made.stderr
+        assert {"eager:web", "expiring:job"} <= set(saved(ms_dirs))
+        # The others were saved by an earlier login (their hosts were up).
+        ref = RestorationRef("/run/remote.sock", "0" * 32, 1, 1)
+        with ArrangementStore.open() as store:
+            for host in ("deferred", "refusing", "silent"):
+                store.add_session(SessionLeaf(f"{host}:s", ["sh"], "/", ref=ref, host=host))
+        # A local session too, its daemon and child gone (a reboot here).
+        assert run(ms_dirs, sshd, "new", "-d", "-n", "here", "--", "sleep", "1000").returncode == 0
+        for pid in daemon_pids_under(ms_dirs.runtime):
+            kill_children_of(pid)
+            os.kill(pid, signal.SIGKILL)
+        assert wait_until_sync(lambda: not daemon_pids_under(ms_dirs.runtime), 5.0)
+        # The job expired there: its grace window elapsed (killed there).
+        remotely(sshd, "kill", "job")
+
+        done = run(ms_dirs, sshd, "restore", "--json", "--timeout", "10")
+    out = json.loads(done.stdout)
+    rows = {r["name"]: r for r in out["sessions"]}
+    outcomes = {name: r["outcome"] for name, r in rows.items()}
+    assert outcomes == {
+        "here": "relaunched",
+        "eager:web": "attached",
+        "expiring:job": "relaunched",
+        "deferred:s": "deferred",
+        "refusing:s": "failed",
+        "silent:s": "timed-out",
+    }, out
+    assert done.returncode == 1  # one failed: the refusing host
+    assert "`multiserver attach deferred:s` brings it back" in rows["deferred:s"]["detail"]
+    assert "ssh failed" in rows["refusing:s"]["detail"]
+    assert rows["refusing:s"]["seconds"] < 2  # at once
+    assert 1.5 <= rows["silent:s"]["seconds"] < 5  # its own 2 s, not ssh's 60
+    assert rows["here"]["seconds"] < 1.5  # the local one never waited for a host
+
+    # The expired one runs there again, its marker waiting for its first attach.
+    listed = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
+    assert any(s.get("host") == "expiring" and s["name"] == "job" for s in listed)
+    job = saved(ms_dirs)["expiring:job"]
+    assert job.notice is not None and RELAUNCH_MARKER.encode() in job.notice
+    # The deferred host is remembered as one that needs a credential.
+    hosts = json.loads(run(ms_dirs, sshd, "host", "ls", "--json").stdout)
+    assert [h["needs_credential"] for h in hosts if h["name"] == "deferred"] == [True]
