@@ -30,6 +30,7 @@ from multiserver_cli._hosts import (
 )
 from multiserver_cli._sessions import check_name
 from multiserver_cli._ssh import SSH_FAILED, remote_json, run_remote, ssh_argv
+from restore import StoreError
 
 
 def version_info() -> dict[str, object]:
@@ -192,11 +193,20 @@ def remote_new(host_name: str, args: Namespace) -> int:
     """``new --host H``: the session starts there, with the host's grace
     window as its linger (unless ``--linger`` says otherwise)."""
     host = host_of(host_name)
+    if args.attach_existing:
+        if args.name is None:
+            raise CliError("-A needs a session name (-n NAME)", 2)
+        from multiserver_cli._remote_restore import ask_host
+
+        there = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+        if there.kind == "listed" and args.name in there.sessions:
+            if args.detach:
+                print(args.name)
+                return 0
+            return remote_attach(host_name, args.name, args)
     remote = ["new"]
     if args.name is not None:
-        remote += ["-n", check_name(args.name, new=not args.attach_existing)]
-    if args.attach_existing:
-        remote.append("-A")
+        remote += ["-n", check_name(args.name, new=True)]
     linger = args.linger if args.linger is not None else host.grace
     if linger is not None:
         remote += ["--linger", f"{linger:g}"]
@@ -226,8 +236,10 @@ def remote_attach(host_name: str, name: str, args: Namespace) -> int:
     check_name(name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    # A session restore started again there: its notice (the saved
-    # scrollback, the marker and why) first, once.
+    _reach(host)
+    _bring_back(host, name)
+    # A session started again there (by restore, or just now): its notice
+    # (the saved scrollback, the marker and why) first, once.
     from multiserver_cli._state import open_store, take_notice
 
     with open_store() as store:
@@ -264,10 +276,10 @@ def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None)
     was killed could not)."""
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    # One round trip first: a host that cannot be reached is one line, not
-    # a reconnect loop; and the shared connection is up for ssh -tt.
-    compatible(remote_json(host, ["version", "--json"], timeout=host.timeout), host)
-    argv = ssh_argv(host, remote, tty=True)
+    _reach(host)
+    # A person is here: ssh may ask for a passphrase (the shared connection
+    # is up already, made by _reach, so it seldom has to).
+    argv = ssh_argv(host, remote, tty=True, batch=False)
     modes = termios.tcgetattr(0)
     waits = _waits()
     given_up_at: float | None = None
@@ -293,6 +305,41 @@ def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None)
         if _key_within(detach_key, wait):
             _say(f"[stopped reconnecting to {host.name}; the session runs on there]")
             return 0
+
+
+def _reach(host: Host) -> None:
+    """One round trip first, a person at the terminal (ssh may ask for a
+    passphrase: a deferred host is brought back so): a host that cannot be
+    reached is one line, not a reconnect loop; and the shared connection is
+    up for what follows."""
+    compatible(remote_json(host, ["version", "--json"], timeout=host.timeout, batch=False), host)
+
+
+def _bring_back(host: Host, name: str) -> None:
+    """A saved session that is gone from its host (a deferred host's, whose
+    grace window elapsed while nobody could log in) is started again there
+    in its saved cwd, its marker waiting for this attach."""
+    from multiserver_cli._remote_restore import ask_host, remote_leaf, start_there
+    from multiserver_cli._state import open_store, warn
+    from restore._plan import relaunch_notice
+
+    answer = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+    if answer.kind != "listed" or name in answer.sessions:
+        return
+    with open_store() as store:
+        leaf = None if store is None else store.load().find(f"{host.name}:{name}")
+        if store is None or leaf is None:
+            return  # not saved here: the remote attach says it has no such session
+        start_there(host, name, leaf.argv, leaf.cwd, host.timeout)
+        made = remote_leaf(host, name, host.timeout)
+        why = "gone from its host (grace window elapsed, or the host rebooted)"
+        notice = relaunch_notice(leaf, why)
+        try:
+            store.update_session(
+                attrs.evolve(leaf, ref=made.ref, notice=notice, scrollback=None, exit_code=None)
+            )
+        except (StoreError, KeyError) as exc:
+            warn(f"{leaf.name} started again there, but not saved: {exc}")
 
 
 def _waits() -> Iterator[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -104,7 +105,8 @@ async def test_a_dropped_connection_reconnects_and_replays_what_was_missed(
     term.line("i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo tick-$i; sleep 0.1; done")
     await term.wait_screen("tick-3")
     for pid in ssh_clients_in(term):
-        os.kill(pid, signal.SIGKILL)  # the link drops (as a laptop lid closing)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # the link drops (as a laptop lid closing)
     await term.wait_screen("[reconnecting to db1... in 0.5 s; ^\\ to stop]")
     await term.wait_bytes(b"tick-40")
     # Every line is there: those written while nobody was attached replayed.
@@ -122,8 +124,19 @@ async def test_the_detach_key_stops_the_reconnecting(
     config = sshd.ssh_config.read_text().replace(f"Port {sshd.port}", "Port 1")
     sshd.ssh_config.write_text(config)
     for pid in ssh_masters_under(ms_dirs.root) + ssh_clients_in(term):
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # gone with the master
+            os.kill(pid, signal.SIGKILL)
     await term.wait_screen("[reconnecting to db1...")
     term.type(b"\x1c")
     await term.wait_screen("[stopped reconnecting to db1; the session runs on there]")
     await term.wait_prompt(count=2)
+
+
+def test_new_a_through_a_host_makes_it_once(ms_dirs: MsDirs, sshd: Remote) -> None:
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    for _ in range(2):
+        made = run(ms_dirs, sshd, "new", "--host", "db1", "-A", "-d", "-n", "web", "--", "sh")
+        assert (made.returncode, made.stdout) == (0, "web\n"), made.stderr
+    listed = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
+    assert [s["name"] for s in listed if s.get("host") == "db1"] == ["web"]

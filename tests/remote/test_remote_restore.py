@@ -9,9 +9,11 @@ import os
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 
 from restore import ArrangementStore, RestorationRef, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
+from tests.cli.conftest import Terminal, person_env
 from tests.conftest import MsDirs, daemon_pids_under, kill_children_of, wait_until_sync
 from tests.remote.conftest import Remote
 from tests.remote.test_hosts import run
@@ -118,3 +120,55 @@ def test_restore_with_five_hosts_at_once(ms_dirs: MsDirs, sshd: Remote) -> None:
     # The deferred host is remembered as one that needs a credential.
     hosts = json.loads(run(ms_dirs, sshd, "host", "ls", "--json").stdout)
     assert [h["needs_credential"] for h in hosts if h["name"] == "deferred"] == [True]
+
+
+async def test_a_deferred_session_comes_back_at_its_first_attach(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """Login deferred it (its key has a passphrase, no agent); the person
+    attaches, types the passphrase at ssh's prompt, and the session, gone
+    there meanwhile, is started again with its marker shown first."""
+    locked_key = ms_dirs.root / "ssh" / "locked_key"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "open sesame", "-f", str(locked_key)],
+        check=True,
+        timeout=30,
+    )
+    authorized = ms_dirs.root / "ssh" / "authorized_keys"
+    authorized.write_text(authorized.read_text() + locked_key.with_suffix(".pub").read_text())
+    known = ms_dirs.root / "ssh" / "known_hosts"
+    known.write_text(known.read_text() + known.read_text().replace("127.0.0.1", "localhost"))
+    sshd.ssh_config.write_text(
+        sshd.ssh_config.read_text()
+        + f"Host locked\n  HostName localhost\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {locked_key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
+    )
+    added = run(
+        ms_dirs, sshd, "host", "add", "db9", "--ssh", "locked", "--command", sshd.command,
+        "--no-check",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    ref = RestorationRef("/run/remote.sock", "0" * 32, 1, 1)
+    with ArrangementStore.open() as store:
+        store.add_session(SessionLeaf("db9:job", ["sh"], str(ms_dirs.root), ref=ref, host="db9"))
+    login = json.loads(run(ms_dirs, sshd, "restore", "--json").stdout)
+    assert [r["outcome"] for r in login["sessions"]] == ["deferred"]
+
+    env = {
+        **person_env(ms_dirs),
+        **sshd.ssh_env,
+        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
+    }
+    term = open_terminal(env=env)
+    await term.wait_prompt()
+    term.line("multiserver attach db9:job")
+    await term.wait_screen("Enter passphrase for key")
+    term.line("open sesame")
+    await term.wait_screen(RELAUNCH_MARKER[:40])
+    await term.wait_screen("gone from its host")
+    term.line("echo back-on-$((40+2))")
+    await term.wait_screen("back-on-42")
+    term.type(b"\x1c")
+    await term.wait_screen("detached from job")
+    assert saved(ms_dirs)["db9:job"].notice is None  # shown once, then cleared
