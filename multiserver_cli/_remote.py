@@ -4,8 +4,6 @@ says why, never a wait for the others."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 
 import attrs
@@ -13,6 +11,7 @@ import attrs
 from multiserver import ChildInfo
 from multiserver_cli._errors import CliError
 from multiserver_cli._hosts import Host
+from multiserver_cli._sessions import at_once
 from multiserver_cli._ssh import remote_json
 
 # How long ls waits for a host (connecting included, through the shared
@@ -77,27 +76,21 @@ def list_hosts(
 ) -> tuple[list[RemoteSession], list[str]]:
     """Every host's sessions, asked at once, each for its own timeout and
     ``bound`` at most; a line for each host that could not be listed."""
-    answers: dict[str, list[RemoteSession] | str] = {}
 
-    def ask(host: Host) -> None:
+    def ask(host: Host) -> list[RemoteSession] | str:
+        # Bounded: ssh is killed at the host's timeout (run_remote).
         try:
             got = remote_json(host, ["ls", "--json"], timeout=min(host.timeout, bound))
-            answers[host.name] = parse_listing(host.name, got)
+            return parse_listing(host.name, got)
         except CliError as exc:
-            answers[host.name] = str(exc)
+            return str(exc)
         except ValueError as exc:
-            answers[host.name] = f"{host.name}: answered garbage ({exc})"
+            return f"{host.name}: answered garbage ({exc})"
 
-    threads = [threading.Thread(target=ask, args=(h,), daemon=True) for h in hosts]
-    for t in threads:
-        t.start()
-    end = time.monotonic() + bound + 1.0
-    for t in threads:
-        t.join(max(0.0, end - time.monotonic()))
+    answers = at_once(hosts, ask)
     sessions: list[RemoteSession] = []
     problems: list[str] = []
-    for host in hosts:
-        got = answers.get(host.name, f"{host.name}: no answer within {bound:g} s")
+    for got in answers:
         if isinstance(got, str):
             problems.append(got)
         else:

@@ -33,7 +33,6 @@ import select
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,16 +40,13 @@ import attrs
 
 from multiserver import (
     ChildInfo,
-    DaemonNotRunning,
     DaemonPaths,
     MultiserverError,
-    TimedOut,
-    UnsafeDirectory,
-    dial_blocking,
+    SyncClient,
     escaped,
 )
 from multiserver._paths import LockBusy, ensure_private_dir, runtime_dir, try_lock
-from multiserver_cli._sessions import SCAN_TIMEOUT
+from multiserver_cli._sessions import ask_daemon, at_once
 from restore import (
     SCROLLBACK_LIMIT,
     Arrangement,
@@ -101,35 +97,27 @@ def _ask(
     """The children of one daemon that saved sessions refer to, and, with
     ``scrollback``, the outputs of the unheld ones whose counts moved since
     ``seen``; a line saying why not; None if no daemon runs there."""
-    try:
-        with dial_blocking(
-            Path(socket), children=False, deadline=time.monotonic() + SCAN_TIMEOUT
-        ) as client:
-            instance = client.instance_id
-            children = [c for c in client.list(foreground=True) if (instance, c.id) in wanted]
-            outputs: list[SavedOutput] = []
-            marks: dict[Key, Mark] = {}
-            for c in children if scrollback else ():
-                key = (socket, instance, c.id)
-                if c.held:  # its attach client saves it
-                    continue
-                if seen.get(key) == (c.buffered_bytes, c.dropped_bytes, c.state):
-                    marks[key] = seen[key]
-                    continue
-                peeked = client.peek(c.id, SCROLLBACK_LIMIT)
-                now = peeked.child
-                code = now.exit_code if now.state == "exited" else None
-                outputs.append(SavedOutput(socket, instance, c.id, peeked.output, code))
-                marks[key] = (now.buffered_bytes, now.dropped_bytes, now.state)
-            return _Answer(socket, instance, children, outputs, marks)
-    except DaemonNotRunning:
-        return None
-    except TimedOut:
-        return f"{socket}: daemon did not answer within {SCAN_TIMEOUT:g} s"
-    except UnsafeDirectory as exc:
-        return f"skipped {socket}: {exc}"
-    except MultiserverError as exc:
-        return f"{socket}: {exc}"
+
+    def outputs_of(client: SyncClient) -> _Answer:
+        instance = client.instance_id
+        children = [c for c in client.list(foreground=True) if (instance, c.id) in wanted]
+        outputs: list[SavedOutput] = []
+        marks: dict[Key, Mark] = {}
+        for c in children if scrollback else ():
+            key = (socket, instance, c.id)
+            if c.held:  # its attach client saves it
+                continue
+            if seen.get(key) == (c.buffered_bytes, c.dropped_bytes, c.state):
+                marks[key] = seen[key]
+                continue
+            peeked = client.peek(c.id, SCROLLBACK_LIMIT)
+            now = peeked.child
+            code = now.exit_code if now.state == "exited" else None
+            outputs.append(SavedOutput(socket, instance, c.id, peeked.output, code))
+            marks[key] = (now.buffered_bytes, now.dropped_bytes, now.state)
+        return _Answer(socket, instance, children, outputs, marks)
+
+    return ask_daemon(Path(socket), outputs_of)
 
 
 def _refreshed(leaf: SessionLeaf, child: ChildInfo) -> SessionLeaf:
@@ -220,19 +208,7 @@ def _ask_all(
     scrollback: bool,
 ) -> list[_Answer | str | None]:
     """Every daemon at once: the whole pass takes about SCAN_TIMEOUT at most."""
-    answers: list[_Answer | str | None] = [None] * len(sockets)
-
-    def ask(i: int) -> None:
-        answers[i] = _ask(sockets[i], wanted[sockets[i]], seen, scrollback)
-
-    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(1, len(sockets))]
-    for t in threads:
-        t.start()
-    if sockets:
-        ask(0)
-    for t in threads:
-        t.join()
-    return answers
+    return at_once(sockets, lambda sock: _ask(sock, wanted[sock], seen, scrollback))
 
 
 # --- save --every -----------------------------------------------------------------

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 
@@ -22,6 +24,7 @@ from multiserver import (
     DaemonNotRunning,
     DaemonPaths,
     MultiserverError,
+    SyncClient,
     TimedOut,
     UnsafeDirectory,
     dial_blocking,
@@ -62,15 +65,38 @@ class Scan:
     silent: frozenset[str] = frozenset()  # the sockets of those daemons
 
 
-def _ask(sock_path: Path, foreground: bool) -> DaemonView | str | None:
-    """One daemon's children (``foreground``: with their foreground
-    processes); a line saying why not; None if none runs there."""
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def at_once(items: Sequence[A], fn: Callable[[A], R]) -> list[R]:
+    """``fn`` of each item, all at once (the first in this thread, the
+    others in threads of their own): as long as the slowest, not the sum."""
+    answers: dict[int, R] = {}
+
+    def one(i: int) -> None:
+        answers[i] = fn(items[i])
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(items))]
+    for t in threads:
+        t.start()
+    if items:
+        one(0)
+    for t in threads:
+        t.join()
+    return [answers[i] for i in range(len(items))]
+
+
+def ask_daemon(
+    sock_path: Path, work: Callable[[SyncClient], R], *, children: bool = False
+) -> R | str | None:
+    """``work`` done with the daemon at ``sock_path`` within SCAN_TIMEOUT;
+    a line saying why not; None if no daemon runs there."""
     try:
         with dial_blocking(
-            sock_path, children=not foreground, deadline=time.monotonic() + SCAN_TIMEOUT
+            sock_path, children=children, deadline=time.monotonic() + SCAN_TIMEOUT
         ) as client:
-            children = client.list(foreground=True) if foreground else client.welcome.children
-            return DaemonView(sock_path, client.instance_id, client.daemon_pid, list(children))
+            return work(client)
     except DaemonNotRunning:
         return None
     except TimedOut:
@@ -81,22 +107,22 @@ def _ask(sock_path: Path, foreground: bool) -> DaemonView | str | None:
         return f"{sock_path}: {exc}"
 
 
+def _ask(sock_path: Path, foreground: bool) -> DaemonView | str | None:
+    """One daemon's children (``foreground``: with their foreground
+    processes); a line saying why not; None if none runs there."""
+
+    def view(client: SyncClient) -> DaemonView:
+        children = client.list(foreground=True) if foreground else client.welcome.children
+        return DaemonView(sock_path, client.instance_id, client.daemon_pid, list(children))
+
+    return ask_daemon(sock_path, view, children=not foreground)
+
+
 def scan(number: int | None = None, *, foreground: bool = False) -> Scan:
     """Ask every daemon (or only daemon ``number``) for its children, all at
     once: the whole scan takes about SCAN_TIMEOUT at most."""
     sockets = [DaemonPaths.for_number(number).socket] if number is not None else find_sockets()
-    answers: list[DaemonView | str | None] = [None] * len(sockets)
-
-    def ask(i: int) -> None:
-        answers[i] = _ask(sockets[i], foreground)
-
-    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(1, len(sockets))]
-    for t in threads:
-        t.start()
-    if sockets:
-        ask(0)
-    for t in threads:
-        t.join()
+    answers = at_once(sockets, lambda sock: _ask(sock, foreground))
     daemons = [a for a in answers if isinstance(a, DaemonView)]
     silent = frozenset(str(s) for s, a in zip(sockets, answers, strict=True) if isinstance(a, str))
     return Scan(daemons, [a for a in answers if isinstance(a, str)], silent)
