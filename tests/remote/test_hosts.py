@@ -32,6 +32,25 @@ def run(ms_dirs: MsDirs, remote: Remote | None, *args: str) -> subprocess.Comple
     )
 
 
+def remotely(sshd: Remote, *args: str) -> None:
+    """The remote multiserver run directly (as a person logged in there)."""
+    subprocess.run(
+        ["sh", "-c", f"{sshd.command} " + " ".join(args)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def person_ssh_env(ms_dirs: MsDirs, sshd: Remote) -> dict[str, str]:
+    """A person's terminal here, with this test's ssh and hosts file."""
+    return {
+        **person_env(ms_dirs),
+        **sshd.ssh_env,
+        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
+    }
+
+
 def test_a_host_is_added_when_its_multiserver_answers(ms_dirs: MsDirs, sshd: Remote) -> None:
     added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
     assert added.returncode == 0, added.stderr

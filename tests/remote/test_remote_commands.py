@@ -11,10 +11,10 @@ from collections.abc import Callable
 import pytest
 import trio
 
-from tests.cli.conftest import Terminal, cmdline, person_env, session_pids
+from tests.cli.conftest import Terminal, cmdline, session_pids
 from tests.conftest import POLL_INTERVAL, MsDirs
 from tests.remote.conftest import Remote, ssh_masters_under
-from tests.remote.test_hosts import run
+from tests.remote.test_hosts import person_ssh_env, run
 
 
 async def test_a_session_on_a_host_is_made_shown_attached_and_ended(
@@ -33,12 +33,7 @@ async def test_a_session_on_a_host_is_made_shown_attached_and_ended(
     peeked = run(ms_dirs, sshd, "peek", "db1:web")
     assert peeked.returncode == 0 and "hello-from-db1" in peeked.stdout
 
-    env = {
-        **person_env(ms_dirs),
-        **sshd.ssh_env,
-        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
-    }
-    term = open_terminal(env=env)
+    term = open_terminal(env=person_ssh_env(ms_dirs, sshd))
     await term.wait_prompt()
     term.line("multiserver attach db1:web")
     await term.wait_screen("hello-from-db1")
@@ -85,12 +80,7 @@ async def attached_over_ssh(
     assert added.returncode == 0, added.stderr
     made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh")
     assert made.returncode == 0, made.stderr
-    env = {
-        **person_env(ms_dirs),
-        **sshd.ssh_env,
-        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
-    }
-    term = open_terminal(env=env)
+    term = open_terminal(env=person_ssh_env(ms_dirs, sshd))
     await term.wait_prompt()
     term.line("multiserver attach db1:web")
     await wait_until(lambda: ssh_clients_in(term), "connected", 15)

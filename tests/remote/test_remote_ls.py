@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 
 from tests.conftest import MsDirs
 from tests.remote.conftest import Remote
-from tests.remote.test_hosts import run
-
-
-def remote_run(sshd: Remote, *args: str) -> None:
-    subprocess.run(
-        ["sh", "-c", f"{sshd.command} " + " ".join(args)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+from tests.remote.test_hosts import remotely, run
 
 
 def test_ls_lists_every_host_and_says_which_could_not_be_asked(
     ms_dirs: MsDirs, sshd: Remote
 ) -> None:
-    remote_run(sshd, "new", "-d", "-n", "web", "--", "sleep", "1000")
+    remotely(sshd, "new", "-d", "-n", "web", "--", "sleep", "1000")
     run(ms_dirs, sshd, "new", "-d", "-n", "here", "--", "sleep", "1000")
     added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
     assert added.returncode == 0, added.stderr

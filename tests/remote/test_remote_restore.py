@@ -13,18 +13,32 @@ from collections.abc import Callable
 
 from restore import ArrangementStore, RestorationRef, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
-from tests.cli.conftest import Terminal, person_env
+from tests.cli.conftest import Terminal
 from tests.conftest import MsDirs, daemon_pids_under, kill_children_of, wait_until_sync
 from tests.remote.conftest import Remote
-from tests.remote.test_hosts import run
+from tests.remote.test_hosts import person_ssh_env, remotely, run
 
 
-def remotely(sshd: Remote, *args: str) -> None:
+def add_locked_host(ms_dirs: MsDirs, sshd: Remote, passphrase: str) -> None:
+    """ssh alias ``locked``: the same sshd through a key with a passphrase,
+    and no agent, so BatchMode cannot use it. Named localhost, so that it
+    gets a connection of its own, not another host's (ssh shares one per
+    host, port and user)."""
+    key = ms_dirs.root / "ssh" / "locked_key"
     subprocess.run(
-        ["sh", "-c", f"{sshd.command} " + " ".join(args)],
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(key)],
         check=True,
-        capture_output=True,
-        timeout=60,
+        timeout=30,
+    )
+    authorized = ms_dirs.root / "ssh" / "authorized_keys"
+    authorized.write_text(authorized.read_text() + key.with_suffix(".pub").read_text())
+    known = ms_dirs.root / "ssh" / "known_hosts"
+    known.write_text(known.read_text() + known.read_text().replace("127.0.0.1", "localhost"))
+    sshd.ssh_config.write_text(
+        sshd.ssh_config.read_text()
+        + f"Host locked\n  HostName localhost\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
+        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
     )
 
 
@@ -34,27 +48,12 @@ def saved(ms_dirs: MsDirs) -> dict[str, SessionLeaf]:
 
 
 def test_restore_with_five_hosts_at_once(ms_dirs: MsDirs, sshd: Remote) -> None:
-    # A key with a passphrase, and no agent: BatchMode cannot use it.
-    locked_key = ms_dirs.root / "ssh" / "locked_key"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(locked_key)],
-        check=True,
-        timeout=30,
-    )
-    authorized = ms_dirs.root / "ssh" / "authorized_keys"
-    authorized.write_text(authorized.read_text() + locked_key.with_suffix(".pub").read_text())
+    add_locked_host(ms_dirs, sshd, "a passphrase")
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         config = sshd.ssh_config.read_text()
-        known = ms_dirs.root / "ssh" / "known_hosts"
-        # Named otherwise than 127.0.0.1, so that it gets a connection of its
-        # own, not the eager host's (ssh shares one per host, port and user).
-        known.write_text(known.read_text() + known.read_text().replace("127.0.0.1", "localhost"))
         config += (
-            f"Host locked\n  HostName localhost\n  Port {sshd.port}\n  User root\n"
-            f"  IdentityFile {locked_key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
-            f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
             "Host refusing\n  HostName 127.0.0.1\n  Port 1\n"
             f"Host silent\n  HostName 127.0.0.1\n  Port {silent.getsockname()[1]}\n"
             "  ConnectTimeout 60\n"
@@ -128,22 +127,7 @@ async def test_a_deferred_session_comes_back_at_its_first_attach(
     """Login deferred it (its key has a passphrase, no agent); the person
     attaches, types the passphrase at ssh's prompt, and the session, gone
     there meanwhile, is started again with its marker shown first."""
-    locked_key = ms_dirs.root / "ssh" / "locked_key"
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "open sesame", "-f", str(locked_key)],
-        check=True,
-        timeout=30,
-    )
-    authorized = ms_dirs.root / "ssh" / "authorized_keys"
-    authorized.write_text(authorized.read_text() + locked_key.with_suffix(".pub").read_text())
-    known = ms_dirs.root / "ssh" / "known_hosts"
-    known.write_text(known.read_text() + known.read_text().replace("127.0.0.1", "localhost"))
-    sshd.ssh_config.write_text(
-        sshd.ssh_config.read_text()
-        + f"Host locked\n  HostName localhost\n  Port {sshd.port}\n  User root\n"
-        f"  IdentityFile {locked_key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
-        f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
-    )
+    add_locked_host(ms_dirs, sshd, "open sesame")
     added = run(
         ms_dirs, sshd, "host", "add", "db9", "--ssh", "locked", "--command", sshd.command,
         "--no-check",
@@ -155,12 +139,7 @@ async def test_a_deferred_session_comes_back_at_its_first_attach(
     login = json.loads(run(ms_dirs, sshd, "restore", "--json").stdout)
     assert [r["outcome"] for r in login["sessions"]] == ["deferred"]
 
-    env = {
-        **person_env(ms_dirs),
-        **sshd.ssh_env,
-        "MULTISERVER_CONFIG_DIR": str(ms_dirs.root / "config"),
-    }
-    term = open_terminal(env=env)
+    term = open_terminal(env=person_ssh_env(ms_dirs, sshd))
     await term.wait_prompt()
     term.line("multiserver attach db9:job")
     await term.wait_screen("Enter passphrase for key")
