@@ -40,7 +40,6 @@ from multiserver import (
 from multiserver_cli import _shown, _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import ls_table, print_json, save_summary
-from multiserver_cli._hosts import split_target
 from multiserver_cli._names import (
     NAME_TRIES,
     Create,
@@ -53,6 +52,7 @@ from multiserver_cli._names import (
     pick_default,
     plan_new,
     sessions,
+    split_target,
 )
 from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,

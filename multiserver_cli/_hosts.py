@@ -101,12 +101,6 @@ def parse_timeout(text: str) -> float:
     return value
 
 
-def split_target(text: str) -> tuple[str | None, str]:
-    """``HOST:SESSION`` -> (HOST, SESSION); a plain name -> (None, name)."""
-    host, sep, name = text.partition(":")
-    return (host, name) if sep else (None, text)
-
-
 def config_dir() -> Path:
     given = os.environ.get("MULTISERVER_CONFIG_DIR")
     if given:

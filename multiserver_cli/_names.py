@@ -365,3 +365,9 @@ def plan_new(
     if conflict is not None:
         return Refused(conflict)
     return Create(name, explicit=True)
+
+
+def split_target(text: str) -> tuple[str | None, str]:
+    """``HOST:SESSION`` -> (HOST, SESSION); a plain name -> (None, name)."""
+    host, sep, name = text.partition(":")
+    return (host, name) if sep else (None, text)

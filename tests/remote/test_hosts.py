@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from multiserver_cli._errors import CliError
-from multiserver_cli._hosts import Host, load_hosts, save_hosts, split_target
+from multiserver_cli._hosts import Host, load_hosts, save_hosts
+from multiserver_cli._names import split_target
 from tests.cli.conftest import person_env
 from tests.conftest import MsDirs
 from tests.remote.conftest import MULTISERVER, Remote
