@@ -11,8 +11,8 @@ made for the run; the client's ``ssh -F`` config never reads the user's
   The figure is the ratio: under 1 means listing a host costs less than
   the cheapest ssh command would without the shared connection.
 - Throughput attached over SSH: a session on the host writes 8 MiB of
-  base64 text (``cat``) while ``multiserver attach db1:NAME`` runs on a
-  PTY here, beside ``ssh -tt remote1 cat FILE`` on a PTY in the same run;
+  base64 text (``cat``) while ``multiserver attach db1:NAME`` (the
+  terminal relayed over ``ssh -T``) runs on a PTY here, beside ``ssh -tt remote1 cat FILE`` on a PTY in the same run;
   both timed from the first byte to the last (what the link carries; not
   the handshake, which the shared connection saves the attach). Target:
   at least 0.9x.
@@ -154,7 +154,7 @@ def _measure(settings: Settings, sc: Scratch, remote: Remote) -> list[Row]:
         Row.against(
             Limit(">=", THROUGHPUT_AT_LEAST, tput, "x ssh -tt cat"),
             figure="a host through OpenSSH: attached throughput, 8 MiB (higher is better)",
-            subject="multiserver attach db1:NAME (remote attach over ssh -tt)",
+            subject="multiserver attach db1:NAME (terminal relayed over ssh -T)",
             value=median(attach_rate),
             unit="MiB/s",
             runs=len(attach_rate),

@@ -10,13 +10,10 @@ cursor, keys, mouse...) and restore its modes -> release (or collect).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import select
 import signal
-import struct
 import sys
-import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +34,7 @@ from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy, _shown
 from multiserver_cli._daemon_gone import DaemonGone
 from multiserver_cli._errors import CliError
+from multiserver_cli._relay import is_terminal, terminal_size
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Prints a status line; True when the terminal's cursor is at a line start.
@@ -103,14 +101,6 @@ def _ends_line(shown: OutputBuffer) -> bool:
     return not data or data.endswith(b"\n")
 
 
-def terminal_size(fd: int) -> tuple[int, int] | None:
-    try:
-        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
-    except OSError:
-        return None
-    return (rows, cols) if rows and cols else None
-
-
 def _redraw(
     client: SyncClient, child: ChildInfo, master: int, size: tuple[int, int] | None, how: Redraw
 ) -> None:
@@ -168,7 +158,7 @@ def run_attached(
     elsewhere, whose new holder saves it, nor when it exited).
     """
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
-    if not os.isatty(stdin):
+    if not is_terminal(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
     name = child.name
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

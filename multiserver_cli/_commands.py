@@ -54,6 +54,7 @@ from multiserver_cli._names import (
     sessions,
     split_target,
 )
+from multiserver_cli._relay import is_terminal, serve_relayed, terminal_size
 from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     Located,
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
 def say(line: str, at_line_start: bool = False) -> None:
     """A status line for the person at the terminal, on a line of its own
     (a new line first unless the output shown last ended one)."""
-    if not os.isatty(1):
+    if not is_terminal(1):
         os.write(sys.stdout.fileno(), f"{line}\n".encode())
         return
     lead = "\r" if at_line_start else "\r\n"
@@ -190,7 +191,7 @@ def cmd_new(args: Namespace) -> int:
             cwd = saved.cwd if os.path.isdir(saved.cwd) else os.path.expanduser("~")
         else:
             cwd = os.getcwd()
-        size = _attach.terminal_size(0) or (24, 80)
+        size = terminal_size(0) or (24, 80)
         with (
             bounded("new"),
             dial_blocking(_paths(args), start=True, children=False, deadline=deadline()) as client,
@@ -284,8 +285,10 @@ def cmd_attach(args: Namespace) -> int:
         from multiserver_cli._remote_cmd import remote_attach
 
         return remote_attach(host, remote_name, args)
+    if args.relay:  # run through ssh by `attach HOST:NAME` elsewhere
+        serve_relayed()
     name = check_name(args.name)
-    if not os.isatty(0):
+    if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     with open_store() as store:
         resolution = lookup(name, _number(args), "attach", store)
@@ -325,7 +328,7 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
     """Attach this terminal to the live session ``found``."""
     from multiserver_cli import _attach
 
-    if not os.isatty(0):
+    if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     name = found.child.name  # the name the user knows it by
     with (

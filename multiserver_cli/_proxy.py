@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from multiserver._buffer import OutputBuffer
+from multiserver_cli._relay import is_terminal, real_tty
 from multiserver_cli._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
 
 READ_SIZE = 65536
@@ -162,12 +163,14 @@ class Screen:
     def reset(self) -> None:
         """Give the terminal back as it was before attaching (modes, not
         contents); nothing if the output is not a terminal or is gone."""
-        if os.isatty(self.fd):
+        if is_terminal(self.fd):
             with contextlib.suppress(OSError):
                 write_all(self.fd, self.modes.reset())
 
 
 def _same_terminal(a: int, b: int) -> bool:
+    if (a, b) == (0, 1) and is_terminal(a) and not real_tty(a):
+        return is_terminal(b)  # the relayed terminal: ours both ways
     try:
         return os.isatty(a) and os.isatty(b) and os.fstat(a).st_rdev == os.fstat(b).st_rdev
     except OSError:
@@ -192,7 +195,7 @@ def show_exited(stdin: int, stdout: int, replay: bytes) -> None:
     raw mode (the bytes as the program's terminal had them), its queries
     removed (their answers would go to the shell), the terminal reset after.
     No sentinel: nobody reads the terminal's answer."""
-    if not os.isatty(stdin):
+    if not is_terminal(stdin):
         Screen(stdout, OutputBuffer(0)).replay(replay, answers_to=None)
         return
     with attached_terminal(stdin, stdout, OutputBuffer(0)) as screen:
@@ -416,7 +419,11 @@ def proxy(
 @contextlib.contextmanager
 def raw_terminal(fd: int) -> Iterator[None]:
     """Raw mode for the attached session; the saved modes come back on the
-    way out, whatever happens (short of SIGKILL)."""
+    way out, whatever happens (short of SIGKILL). A relayed terminal is
+    raw already, on the other side (``_relay``)."""
+    if not real_tty(fd):
+        yield
+        return
     saved = termios.tcgetattr(fd)
     try:
         tty.setraw(fd, termios.TCSANOW)

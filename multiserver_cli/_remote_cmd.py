@@ -28,6 +28,7 @@ from multiserver_cli._hosts import (
     parse_timeout,
     save_hosts,
 )
+from multiserver_cli._relay import relay_terminal
 from multiserver_cli._sessions import check_name
 from multiserver_cli._ssh import SSH_FAILED, remote_json, run_remote, ssh_argv
 from restore import StoreError
@@ -40,7 +41,18 @@ def version_info() -> dict[str, object]:
         ours = version("multiserver")
     except PackageNotFoundError:
         ours = "unknown"
-    return {"version": ours, "protocol": PROTOCOL_VERSION, "min_protocol": MIN_PROTOCOL_VERSION}
+    return {
+        "version": ours,
+        "protocol": PROTOCOL_VERSION,
+        "min_protocol": MIN_PROTOCOL_VERSION,
+        "features": list(FEATURES),
+    }
+
+
+# What this multiserver's command line can do beyond the protocol, for the
+# other end of an ssh to ask (``version --json``). attach-relay: ``attach
+# --relay`` (_relay); a remote without it is attached through ``ssh -tt``.
+FEATURES = ("attach-relay",)
 
 
 def cmd_version(args: Namespace) -> int:
@@ -236,7 +248,7 @@ def remote_attach(host_name: str, name: str, args: Namespace) -> int:
     check_name(name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    _reach(host)
+    relay = _reach(host)
     _bring_back(host, name)
     # A session started again there (by restore, or just now): its notice
     # (the saved scrollback, the marker and why) first, once.
@@ -246,7 +258,7 @@ def remote_attach(host_name: str, name: str, args: Namespace) -> int:
         notice = take_notice(store, f"{host_name}:{name}")
     if notice:
         os.write(sys.stdout.fileno(), notice)
-    return _interactive(host, ["attach", *_detach_words(args), name], args.detach_key)
+    return _interactive(host, ["attach", *_detach_words(args), name], args.detach_key, relay)
 
 
 def _detach_words(args: Namespace) -> list[str]:
@@ -263,9 +275,14 @@ RECONNECT_FOR = 300.0
 WAS_UP = 10.0
 
 
-def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None) -> int:
-    """The remote command on this terminal (``ssh -tt``): the remote
-    multiserver draws, detaches and resets the terminal as it does here.
+def _interactive(
+    host: Host, remote: list[str], detach_key: bytes | None = None, relay: bool | None = None
+) -> int:
+    """The remote ``attach`` on this terminal: the remote multiserver draws,
+    detaches and resets the terminal as it does here. Relayed (``_relay``:
+    ``ssh -T``, no PTY on the host between the session and the link) when
+    the remote can (``relay``: its ``version --json`` said so; None: ask);
+    else through ``ssh -tt``.
 
     A connection that drops (ssh exits 255, or is killed) is made again,
     with waits that double up to RECONNECT_LAST, for RECONNECT_FOR seconds
@@ -276,17 +293,21 @@ def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None)
     was killed could not)."""
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    _reach(host)
+    if relay is None:
+        relay = _reach(host)
     # A person is here: ssh may ask for a passphrase (the shared connection
     # is up already, made by _reach, so it seldom has to).
-    argv = ssh_argv(host, remote, tty=True, batch=False)
+    if relay:
+        argv = ssh_argv(host, [remote[0], "--relay", *remote[1:]], batch=False)
+    else:
+        argv = ssh_argv(host, remote, tty=True, batch=False)
     modes = termios.tcgetattr(0)
     waits = _waits()
     given_up_at: float | None = None
     while True:
         started = time.monotonic()
         try:
-            status = subprocess.run(argv, check=False).returncode
+            status = relay_terminal(argv) if relay else subprocess.run(argv).returncode
         except FileNotFoundError as exc:
             raise CliError("ssh is not installed (not on PATH)") from exc
         finally:
@@ -307,12 +328,15 @@ def _interactive(host: Host, remote: list[str], detach_key: bytes | None = None)
             return 0
 
 
-def _reach(host: Host) -> None:
+def _reach(host: Host) -> bool:
     """One round trip first, a person at the terminal (ssh may ask for a
     passphrase: a deferred host is brought back so): a host that cannot be
     reached is one line, not a reconnect loop; and the shared connection is
-    up for what follows."""
-    compatible(remote_json(host, ["version", "--json"], timeout=host.timeout, batch=False), host)
+    up for what follows. Whether its attach can be relayed (``_relay``)."""
+    answer = remote_json(host, ["version", "--json"], timeout=host.timeout, batch=False)
+    compatible(answer, host)
+    features = answer.get("features") if isinstance(answer, dict) else None
+    return isinstance(features, list) and "attach-relay" in features
 
 
 def _bring_back(host: Host, name: str) -> None:

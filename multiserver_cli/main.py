@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(subs, "attach", "attach this terminal to a session", "multiserver attach -e ^A build")
     _detach_options(p)
+    # `attach HOST:NAME` runs `attach --relay NAME` there: the terminal is
+    # relayed over ssh's stdin and stdout, not a PTY of sshd's (_relay).
+    p.add_argument("--relay", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("name", metavar="NAME")
 
     p = _sub(subs, "ls", "list the sessions of every daemon", "multiserver ls --json")

@@ -67,8 +67,12 @@ async def wait_until(check: Callable[[], object], what: str, timeout: float) -> 
 
 
 def ssh_clients_in(term: Terminal) -> list[int]:
-    """The ``ssh -tt`` processes the person's terminal runs."""
-    return [p for p in session_pids(term.pid) if cmdline(p)[:1] == ["ssh"] and "-tt" in cmdline(p)]
+    """The ssh processes running a remote attach in the person's terminal."""
+    return [
+        p
+        for p in session_pids(term.pid)
+        if cmdline(p)[:1] == ["ssh"] and " attach " in f" {cmdline(p)[-1]} "
+    ]
 
 
 async def attached_over_ssh(

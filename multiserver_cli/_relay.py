@@ -1,0 +1,270 @@
+"""A terminal relayed over ssh: the person's terminal here, the attach there.
+
+``attach HOST:NAME`` could run ``ssh -tt HOST multiserver attach NAME``;
+then every byte the session writes crosses a second PTY on the host (the
+one sshd makes), and that hop costs a third of the throughput. Instead the
+remote attach runs with no terminal (``ssh -T``) and is told it has one:
+
+- here (``relay_terminal``): this terminal in raw mode; ssh's output is
+  this terminal itself (no copy here either); what is typed, and each size
+  change, goes to ssh's stdin as ``_relay_codec`` frames it;
+- there (``serve_relayed``, ``attach --relay``): the channel's input is
+  decoded by a thread into a pipe that becomes fd 0, sizes are kept and
+  announced with SIGWINCH, fd 2 joins fd 1 (status lines and errors come
+  in order with the output, their line ends as a raw terminal needs).
+
+The rest of the attach asks this module, not ``os.isatty``, whether it
+draws on a terminal (``is_terminal``) and how big it is (``terminal_size``),
+so it behaves the same on a relayed terminal as on a tty: the same detach
+key, replay, redraw, status lines and reset. Only raw mode is not set
+there (``real_tty``): the terminal is raw already, on this side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import select
+import signal
+import struct
+import sys
+import termios
+import threading
+import time
+import tty
+
+import attrs
+
+from multiserver_cli._errors import CliError
+from multiserver_cli._relay_codec import Decoder, Size, encode_input, encode_size
+
+# How long the remote attach waits for the first size (sent at once).
+FIRST_SIZE_WAIT = 15.0
+# Typed input not yet taken by ssh; past it the terminal is not read.
+PENDING_LIMIT = 64 * 1024
+# After the terminal went away, how long ssh has to finish before it is told to.
+GONE_WAIT = 10.0
+
+
+@attrs.define
+class _Relayed:
+    size: Size | None
+
+
+# Set once, by serve_relayed, in a process whose fds 0-2 are the relay.
+_relayed: _Relayed | None = None
+
+
+# --- the seam: a tty here, or one relayed from the other side ----------------------
+
+
+def real_tty(fd: int) -> bool:
+    """A terminal device here (modes can be set on it)."""
+    return os.isatty(fd)
+
+
+def is_terminal(fd: int) -> bool:
+    """Whether ``fd`` (0-2) reaches a person's terminal: a tty here, or the
+    relayed one."""
+    return os.isatty(fd) or (_relayed is not None and fd in (0, 1, 2))
+
+
+def terminal_size(fd: int) -> Size | None:
+    """(rows, cols) of the terminal behind ``fd``, or None if unknown."""
+    if _relayed is not None and fd in (0, 1, 2) and not os.isatty(fd):
+        return _relayed.size if _relayed.size and all(_relayed.size) else None
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        return None
+    return (rows, cols) if rows and cols else None
+
+
+# --- there: attach --relay ---------------------------------------------------------
+
+
+def serve_relayed() -> None:
+    """Make fds 0-2 the relayed terminal (see the module's docstring); the
+    first size is read before this returns. CliError if it does not come
+    within FIRST_SIZE_WAIT, or the stream breaks the relay's rules."""
+    global _relayed
+    channel = os.dup(0)
+    decoder = Decoder()
+    first: list[bytes | Size] = []
+    end = time.monotonic() + FIRST_SIZE_WAIT
+    while not any(isinstance(item, tuple) for item in first):
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([channel], [], [], left)[0]:
+            raise CliError(f"--relay: no terminal size within {FIRST_SIZE_WAIT:g} s")
+        data = os.read(channel, 4096)
+        if not data:
+            raise CliError("--relay: the terminal went away before its size came")
+        first += decoder.feed(data)
+        if decoder.error is not None and not any(isinstance(i, tuple) for i in first):
+            raise CliError(f"--relay: {decoder.error}")
+    relayed = _Relayed(None)
+    keys_r, keys_w = os.pipe()
+    os.dup2(keys_r, 0)
+    os.close(keys_r)
+    # Status lines and errors go with the output, in order; a raw terminal
+    # needs CR LF.
+    os.dup2(1, 2)
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(newline="\r\n")
+    _relayed = relayed
+    pending = _apply(first, relayed)
+    if pending:
+        _write_all(keys_w, pending)
+    threading.Thread(
+        target=_decode, args=(channel, decoder, relayed, keys_w), name="relay", daemon=True
+    ).start()
+
+
+def _apply(items: list[bytes | Size], relayed: _Relayed) -> bytes:
+    """Keep the newest size; the keystrokes, joined."""
+    keys = bytearray()
+    for item in items:
+        if isinstance(item, tuple):
+            relayed.size = item
+        else:
+            keys += item
+    return bytes(keys)
+
+
+def _decode(channel: int, decoder: Decoder, relayed: _Relayed, keys_w: int) -> None:
+    """The channel's input until its end: keystrokes into ``keys_w`` (closed
+    at the end, which the attach sees as its terminal gone), each size
+    change announced with SIGWINCH."""
+    try:
+        while decoder.error is None and (data := os.read(channel, 65536)):
+            items = decoder.feed(data)
+            before = relayed.size
+            keys = _apply(items, relayed)
+            if keys:
+                _write_all(keys_w, keys)
+            if relayed.size != before or any(isinstance(i, tuple) for i in items):
+                os.kill(os.getpid(), signal.SIGWINCH)
+        # A broken stream ends the input, as a terminal gone does.
+    except OSError:
+        pass
+    finally:
+        os.close(keys_w)
+        os.close(channel)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# --- here: the person's terminal, relayed to ssh -----------------------------------
+
+
+def relay_terminal(argv: list[str]) -> int:
+    """Run ``argv`` (an ``ssh -T`` running ``attach --relay``) with this
+    terminal (fd 0, raw meanwhile) relayed to it: its output is written to
+    the terminal by ssh itself; what is typed and each size change go to
+    its stdin. Returns ssh's exit status (negative: killed by a signal).
+    The terminal's modes come back on the way out."""
+    import subprocess
+
+    stdin = sys.stdin.fileno()
+    size = terminal_size(stdin) or (24, 80)
+    modes = termios.tcgetattr(stdin)
+    sig_r, sig_w = os.pipe()
+    done_r, done_w = os.pipe()
+    os.set_blocking(sig_w, False)
+    old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
+    old_wakeup = signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
+    to_ssh = -1
+    waiter: threading.Thread | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        tty.setraw(stdin, termios.TCSANOW)
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE)
+        except FileNotFoundError as exc:
+            raise CliError("ssh is not installed (not on PATH)") from exc
+        assert proc.stdin is not None
+        to_ssh = os.dup(proc.stdin.fileno())  # ours alone from here
+        proc.stdin.close()
+        os.set_blocking(to_ssh, False)
+
+        def wait() -> None:
+            proc.wait()
+            os.write(done_w, b"x")
+
+        waiter = threading.Thread(target=wait, name="ssh", daemon=True)
+        waiter.start()
+        gone = _pump(stdin, to_ssh, sig_r, done_r, bytearray(encode_size(*size)))
+        os.close(to_ssh)  # its end of input: the remote attach lets go
+        to_ssh = -1
+        if gone:
+            try:
+                proc.wait(GONE_WAIT)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+        status = proc.wait()
+        waiter.join()  # done_w is written before it is closed
+        return status
+    finally:
+        if waiter is not None and waiter.is_alive() and proc is not None:
+            proc.kill()  # an error here: ssh goes too, before done_w does
+            waiter.join()
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGWINCH, old_winch)
+        for fd in (sig_r, sig_w, done_r, done_w, to_ssh):
+            if fd >= 0:
+                os.close(fd)
+        with contextlib.suppress(termios.error):
+            termios.tcsetattr(stdin, termios.TCSADRAIN, modes)
+
+
+def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, pending: bytearray) -> bool:
+    """Until ssh exits (``done_r``; False) or the terminal is gone (True):
+    the terminal's input and its sizes (``sig_r``: SIGWINCH) to ssh."""
+    poller = select.poll()
+    poller.register(done_r, select.POLLIN)
+    poller.register(sig_r, select.POLLIN)
+    masks: dict[int, int] = {}
+    while True:
+        want = {
+            stdin: select.POLLIN if len(pending) < PENDING_LIMIT else 0,
+            to_ssh: select.POLLOUT if pending else 0,
+        }
+        for fd, mask in want.items():
+            if masks.get(fd, 0) == mask:
+                continue
+            if mask:
+                poller.register(fd, mask)  # register again: modifies
+                masks[fd] = mask
+            else:
+                poller.unregister(fd)
+                del masks[fd]
+        try:
+            ready = dict(poller.poll())
+        except InterruptedError:
+            continue
+        if done_r in ready:
+            return False
+        signals = os.read(sig_r, 64) if sig_r in ready else b""
+        if signal.SIGWINCH in signals and (size := terminal_size(stdin)):
+            pending += encode_size(*size)
+        if stdin in ready:
+            try:
+                typed = os.read(stdin, 65536)
+            except OSError:
+                typed = b""
+            if not typed:
+                return True
+            pending += encode_input(typed)
+        if to_ssh in ready:
+            try:
+                del pending[: os.write(to_ssh, pending)]
+            except BlockingIOError:
+                pass
+            except OSError:  # ssh's input is closed: it is on its way out
+                pending.clear()

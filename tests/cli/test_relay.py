@@ -1,0 +1,112 @@
+"""The relayed terminal (``attach --relay``, what ``attach HOST:NAME`` runs
+through ``ssh -T``): its input codec, and a relay that breaks the rules or
+goes away, which must cost the session nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from multiserver_cli._relay_codec import (
+    Decoder,
+    Size,
+    encode_input,
+    encode_size,
+)
+from tests.cli.conftest import run_ms, wait_buffered
+from tests.conftest import MsDirs
+
+Item = bytes | Size
+items = st.lists(
+    st.one_of(
+        st.binary(min_size=1, max_size=40),
+        st.tuples(st.integers(0, 0xFFFF), st.integers(0, 0xFFFF)),
+    ),
+    max_size=12,
+)
+
+
+def encode(sent: list[Item]) -> bytes:
+    return b"".join(
+        encode_size(*item) if isinstance(item, tuple) else encode_input(item) for item in sent
+    )
+
+
+def merged(got: list[Item]) -> list[Item]:
+    """Keystrokes next to each other joined (the stream keeps no bounds
+    between them), sizes as they are."""
+    out: list[Item] = []
+    for item in got:
+        if isinstance(item, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] += item
+        else:
+            out.append(item)
+    return out
+
+
+@given(items, st.lists(st.integers(1, 7), max_size=30))
+def test_what_is_sent_comes_out_in_order_whatever_the_pieces(
+    sent: list[Item], cuts: list[int]
+) -> None:
+    stream = encode(sent)
+    decoder = Decoder()
+    got: list[Item] = []
+    at = 0
+    for cut in cuts:
+        got += decoder.feed(stream[at : at + cut])
+        at += cut
+    got += decoder.feed(stream[at:])
+    assert merged(got) == merged(sent)
+
+
+def test_a_nul_typed_is_a_nul_and_a_size_is_a_size() -> None:
+    assert encode_input(b"a\x00b") == b"a\x00\x00b"
+    assert Decoder().feed(b"x\x00W\x00\x18\x00\x50y\x00\x00") == [b"x", (24, 80), b"y\x00"]
+    assert encode_size(70000, -3) == b"\x00W\xff\xff\x00\x00"  # clamped to 16 bits
+
+
+def test_an_unknown_escape_ends_the_stream_after_what_came_before() -> None:
+    decoder = Decoder()
+    assert decoder.feed(b"ok\x00Zjunk") == [b"ok"]
+    assert decoder.error == "relayed input has an unknown escape b'Z'"
+    assert decoder.feed(b"more") == []
+
+
+def _running(ms_dirs: MsDirs, name: str) -> bool:
+    listed = json.loads(run_ms(ms_dirs, "ls", "--json").stdout)
+    return any(s["name"] == name and s["state"] == "running" for s in listed)
+
+
+@pytest.mark.parametrize(
+    ("sent", "said"),
+    [
+        (b"\x00Zjunk", "multiserver: --relay: relayed input has an unknown escape b'Z'"),
+        (b"", "multiserver: --relay: the terminal went away before its size came"),
+    ],
+)
+def test_a_relay_that_breaks_the_rules_at_once_is_one_line(
+    ms_dirs: MsDirs, sent: bytes, said: str
+) -> None:
+    run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh")
+    done = run_ms(ms_dirs, "attach", "--relay", "web", check=False, input=sent)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [said]
+    assert _running(ms_dirs, "web")  # never touched
+
+
+@pytest.mark.parametrize("end", [b"", b"\x00Q broken after the size"])
+async def test_a_relay_that_ends_or_breaks_later_lets_the_session_go(
+    ms_dirs: MsDirs, end: bytes
+) -> None:
+    run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh")
+    sent = encode_size(24, 80) + b"echo typed-through-the-relay\r" + end
+    done = run_ms(ms_dirs, "attach", "--relay", "-r", "none", "web", check=False, input=sent)
+    # The relayed terminal went away: the session is let go, as at a hangup.
+    assert done.returncode == 1, done.stderr
+    await wait_buffered(ms_dirs, "web", b"typed-through-the-relay")
+    assert _running(ms_dirs, "web")
+    listed = json.loads(run_ms(ms_dirs, "ls", "--json").stdout)
+    assert [s["held"] for s in listed if s["name"] == "web"] == [False]

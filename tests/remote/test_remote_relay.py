@@ -1,0 +1,81 @@
+"""attach HOST:NAME relays the person's terminal over ``ssh -T`` (_relay):
+no PTY of sshd's between the session and the link, and still what a
+terminal attach does: its size and size changes, every key (NUL and ssh's
+``~.`` too), status lines at a line start, the terminal reset at the end."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from tests.cli.conftest import Terminal, cmdline
+from tests.conftest import MsDirs
+from tests.remote.conftest import Remote
+from tests.remote.test_hosts import person_ssh_env, run
+from tests.remote.test_remote_commands import ssh_clients_in, wait_until
+
+
+async def attached(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal], command: str
+) -> Terminal:
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh", "-c", command)
+    assert made.returncode == 0, made.stderr
+    term = open_terminal(env=person_ssh_env(ms_dirs, sshd), rows=24, cols=80)
+    await term.wait_prompt()
+    term.line("multiserver attach db1:web")
+    await wait_until(lambda: ssh_clients_in(term), "connected", 15)
+    return term
+
+
+async def test_the_terminal_is_relayed_with_its_size_and_every_key(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    term = await attached(ms_dirs, sshd, open_terminal, "echo ready; exec sh")
+    await term.wait_screen("ready")
+    (ssh,) = ssh_clients_in(term)
+    argv = cmdline(ssh)
+    assert "-T" in argv and "-tt" not in argv and "attach --relay" in argv[-1], argv
+
+    term.line("stty size")
+    await term.wait_screen("24 80")
+    term.resize(30, 100)  # the window is made bigger: the session's PTY follows
+    term.line("stty size")
+    await term.wait_screen("30 100")
+
+    # Every byte typed reaches the program as typed: NUL (the relay's own
+    # escape byte) and ssh's escape sequence, which -T leaves alone.
+    term.line("od -An -c | tr -s ' '; echo od-done")
+    term.type(b"a\x00b\r~.\r")
+    term.type(b"\x04")
+    await term.wait_screen("od-done")
+    shown = term.screen_text()
+    assert re.search(r"a \\0 b \\n ~ \. \\n", shown), shown
+    assert ssh_clients_in(term) == [ssh]  # ~. did not end ssh
+
+    term.type(b"\x1c")
+    await term.wait_screen("detached from web")
+    # The status line starts a line (CR LF over the relay, raw as it is).
+    assert any(line.startswith("[detached from web]") for line in term.screen_lines())
+    await term.wait_prompt(count=2)
+    term.line("stty -a | grep -o -- '-icanon\\|icanon' | head -1")
+    await term.wait_screen("\nicanon")  # the terminal's own modes are back
+
+
+async def test_a_full_screen_program_is_left_and_the_terminal_reset(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    # A program on the alternate screen, with the cursor hidden and the
+    # mouse on: what a detach must undo on the person's terminal.
+    script = r"printf '\033[?1049h\033[?25l\033[?1000hfull-screen'; exec sleep 1000"
+    term = await attached(ms_dirs, sshd, open_terminal, script)
+    await term.wait_screen("full-screen")
+    seen = len(term.raw)
+    term.type(b"\x1c")
+    await term.wait_screen("detached from web")
+    after = bytes(term.raw[seen:])
+    for undo in (b"\x1b[?1049l", b"\x1b[?25h", b"\x1b[?1000l"):
+        assert undo in after, after
+    # ... before the status line, so that it is shown on the main screen.
+    assert after.index(b"\x1b[?1049l") < after.index(b"[detached from web]")
