@@ -5,16 +5,21 @@
   ``orphans`` window (``adopt=False``: only say what it would do).
 - ``adopt_late(attachment, sink)``: a restore's late arrival, adopted the same
   way.
+- ``late_host(arrangement, host, answer, options)``: what a host that
+  answered restore after its timeout makes of its sessions (pure); its
+  orphans are recorded with ``sink.record_host``.
 - Sinks: ``StoreSink`` (the saved arrangement) or ``MemorySink``.
 
 See docs/adopter.md.
 """
 
-from adopter._adopt import MemorySink, OrphanSink, StoreSink, orphan_leaf
+from adopter._adopt import MemorySink, OrphanSink, StoreSink, host_orphan_leaf, orphan_leaf
+from adopter._late_host import LateHost, late_host
 from adopter._policy import (
     ORPHAN_NOTICE,
     ORPHAN_WINDOW,
     classify,
+    host_orphan,
     orphan_name,
     orphans,
     referenced,
@@ -25,6 +30,7 @@ __all__ = [
     "ORPHAN_NOTICE",
     "ORPHAN_WINDOW",
     "SWEEP_BOUND",
+    "LateHost",
     "MemorySink",
     "OrphanSink",
     "StoreSink",
@@ -32,6 +38,9 @@ __all__ = [
     "SweepRow",
     "adopt_late",
     "classify",
+    "host_orphan",
+    "host_orphan_leaf",
+    "late_host",
     "orphan_leaf",
     "orphan_name",
     "orphans",

@@ -5,10 +5,16 @@ the child is claimed first (the daemon hands it to one claimer only; the loser
 gets EBUSY), and the leaf is recorded in one transaction that refuses a child
 some leaf already references. Only then is the claim released (or kept, by an
 app that shows the session).
+
+A session on another host (a host's late answer to restore) is claimed by
+nobody here: that transaction is its only guard, and it compares daemon
+instance and child id over every leaf, so two names for one host never
+save one session twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
@@ -17,13 +23,14 @@ from adopter._policy import (
     ORPHAN_NOTICE,
     ORPHAN_WINDOW,
     command_line,
+    host_orphan,
     norm_socket,
     orphan_name,
     referenced,
     relaunch_of,
 )
 from multiserver import ChildInfo
-from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf
+from restore import Arrangement, ArrangementStore, HostChild, RestorationRef, SessionLeaf
 
 
 class OrphanSink(Protocol):
@@ -60,6 +67,29 @@ def orphan_leaf(
     )
 
 
+def host_orphan_leaf(arrangement: Arrangement, host: str, found: HostChild) -> SessionLeaf | None:
+    """The leaf to add for ``found``, a session of ``host`` that is an
+    orphan (``host_orphan``), or None if it is not: ``HOST:NAME`` (the
+    name ``attach`` takes for it), its ref the child there."""
+    if host_orphan(found, host, arrangement) is not None:
+        return None
+    c = found.child
+    return SessionLeaf(
+        name=f"{host}:{c.name}",
+        argv=list(c.argv),
+        cwd=c.cwd,
+        title=command_line(c.argv),
+        ref=RestorationRef(found.socket, found.instance_id, c.id, c.pid),
+        created_at=c.started_at,
+        notice=ORPHAN_NOTICE.encode(),
+        host=host,
+    )
+
+
+# What an adoption adds to an arrangement: a leaf, or None (not an orphan).
+_Adoption = Callable[[Arrangement], SessionLeaf | None]
+
+
 @attrs.define
 class MemorySink:
     """An in-memory arrangement (apps that keep their own state; tests)."""
@@ -70,7 +100,14 @@ class MemorySink:
         return self.current
 
     def record(self, child: ChildInfo, socket: str, instance_id: str) -> SessionLeaf | None:
-        leaf = orphan_leaf(self.current, child, socket, instance_id)
+        return self._add(lambda arr: orphan_leaf(arr, child, socket, instance_id))
+
+    def record_host(self, host: str, found: HostChild) -> SessionLeaf | None:
+        """As ``record``, for a session of another host."""
+        return self._add(lambda arr: host_orphan_leaf(arr, host, found))
+
+    def _add(self, adoption: _Adoption) -> SessionLeaf | None:
+        leaf = adoption(self.current)
         if leaf is not None:
             self.current = self.current.with_session(leaf, ORPHAN_WINDOW)
         return leaf
@@ -86,11 +123,20 @@ class StoreSink:
         return self.store.load()
 
     def record(self, child: ChildInfo, socket: str, instance_id: str) -> SessionLeaf | None:
+        return self._add(lambda arr: orphan_leaf(arr, child, socket, instance_id))
+
+    def record_host(self, host: str, found: HostChild) -> SessionLeaf | None:
+        """As ``record``, for a session of another host."""
+        return self._add(lambda arr: host_orphan_leaf(arr, host, found))
+
+    def _add(self, adoption: _Adoption) -> SessionLeaf | None:
+        """One transaction: the arrangement read again, the leaf added
+        unless it is no orphan by then."""
         added: list[SessionLeaf] = []
 
         def change(arr: Arrangement) -> Arrangement:
             added.clear()
-            leaf = orphan_leaf(arr, child, socket, instance_id)
+            leaf = adoption(arr)
             if leaf is None:
                 return arr
             added.append(leaf)

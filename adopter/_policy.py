@@ -7,6 +7,10 @@ unresponsive, and what an adopted session is called. No I/O.
         ├─ connect refused, lock held ────────────────> unresponsive (starting or exiting)
         ├─ connected, no hello within the bound ──────> unresponsive: try next sweep
         └─ hello ─────────────────────────────────────> live: adopt its orphans
+
+On another host (its answer to a restore, after its timeout: ``_late_host``)
+an orphan is a running session there, not held, of the host's own daemons,
+whose child no leaf references and whose name is no saved session's there.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Set as AbstractSet
 from typing import Literal
 
 from multiserver import ChildInfo, escaped
-from restore import Arrangement, SessionLeaf
+from restore import Arrangement, HostChild, SessionLeaf
 
 SocketState = Literal["live", "stale", "unresponsive", "refused"]
 # A report row is about a socket, or about a late arrival of a restore.
@@ -97,6 +101,54 @@ def orphans(
         and (sock, instance_id, c.id) not in refs
         and not relaunch_of(c, socket, instance_id, leaves.get(c.name))
     ]
+
+
+def referenced_anywhere(arrangement: Arrangement) -> set[tuple[str, int]]:
+    """(daemon instance, child id) of every leaf's child, whatever its host
+    or socket: an instance id names one run of one daemon on any machine,
+    so two host names for one machine still find the same child."""
+    return {
+        (leaf.ref.instance_id, leaf.ref.child_id)
+        for leaf in arrangement.leaves()
+        if leaf.ref is not None
+    }
+
+
+def host_relaunch_of(found: HostChild, host: str, arrangement: Arrangement) -> SessionLeaf | None:
+    """The saved session on another host that ``found`` is, or may be, the
+    relaunch of (as ``relaunch_of``, there): one of ``host`` named as it is
+    (a daemon there has one child of a name: adopting it would make two
+    sessions of one name), or one of any host named as it is whose child
+    lived on the same daemon (another name for the same machine)."""
+    for leaf in arrangement.leaves():
+        there, sep, name = leaf.name.rpartition(":")
+        if not sep or name != found.child.name:
+            continue
+        if there == host:
+            return leaf
+        if leaf.ref is not None and leaf.ref.instance_id == found.instance_id:
+            return leaf
+    return None
+
+
+def host_orphan(found: HostChild, host: str, arrangement: Arrangement) -> str | None:
+    """Why ``found``, a session of ``host``, is not an orphan to adopt
+    (None: it is one): it ended (there is nothing to attach to), a client
+    holds it (it belongs to its holder), it is its host's host's, a leaf
+    references it, or it is a saved session's relaunch."""
+    c = found.child
+    if found.via is not None:
+        return f"{c.name} is on {found.via}, a host of {host}"
+    if c.state != "running":
+        return f"{c.name} has ended"
+    if c.held:
+        return f"{c.name} is held by a client there"
+    if (found.instance_id, c.id) in referenced_anywhere(arrangement):
+        return f"{c.name} is a saved session already"
+    leaf = host_relaunch_of(found, host, arrangement)
+    if leaf is not None:
+        return f"{c.name} is saved session {leaf.name}'s name there"
+    return None
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -29,14 +29,15 @@ class RemoteSession:
     raw: dict[str, object]
 
 
-def _child(host: str, raw: dict[str, object]) -> ChildInfo:
-    """A session of ``host``'s ``ls --json`` as a ChildInfo named
-    ``HOST:NAME``; ValueError if it is not one."""
+def listed_child(raw: dict[str, object], name: str) -> ChildInfo:
+    """A session of a host's ``ls --json`` as a ChildInfo called ``name``
+    (``HOST:NAME`` for ``ls`` here, its own name for the adopter);
+    ValueError if it is not one."""
     try:
         return ChildInfo(
             id=int(raw["id"]),  # type: ignore[call-overload]
             pid=int(raw["pid"]),  # type: ignore[call-overload]
-            name=f"{host}:{raw['name']}",
+            name=name,
             argv=[str(a) for a in raw["argv"]],  # type: ignore[attr-defined]
             cwd=str(raw["cwd"]),
             tty=str(raw["tty"]),
@@ -63,7 +64,7 @@ def parse_listing(host: str, answer: object) -> list[RemoteSession]:
     for raw in answer:
         if not isinstance(raw, dict):
             raise ValueError("its ls --json holds something that is not a session")
-        child = _child(host, raw)
+        child = listed_child(raw, f"{host}:{raw['name']}")
         waiting = None
         if not child.held:
             waiting = (int(raw.get("waiting_bytes", 0)), int(raw.get("waiting_dropped_bytes", 0)))

@@ -9,23 +9,33 @@ sessions. What each session becomes is ``restore._plan.decide_remote``'s
 rule: running there (attached), deferred (the host needs a credential: not
 asked at login, where nobody types a passphrase), gone (started again there
 in its saved cwd, with the marker at its first attach), failed, timed out.
+
+A host that has not answered by its own timeout has its sessions reported
+timed out then, but its question is not abandoned: its ssh runs on until
+the restore's deadline, and an answer by then goes to the adopter
+(``adopter.late_host``), as a local daemon's late partial attach does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from multiserver_cli._errors import CliError
 from multiserver_cli._hosts import Host, load_hosts, save_hosts
+from multiserver_cli._remote import listed_child
 from multiserver_cli._ssh import AUTH_WORDS, remote_json, run_remote
-from restore import ArrangementStore, RestorationRef, SessionLeaf, StoreError
+from restore import ArrangementStore, HostChild, RestorationRef, SessionLeaf, StoreError
 from restore._plan import Decision, HostAnswer, Options, decide_remote, relaunch_notice
+
+if TYPE_CHECKING:
+    from adopter import SweepRow
 
 
 def ask_host(host: Host, timeout: float) -> HostAnswer:
@@ -44,9 +54,11 @@ def ask_host(host: Host, timeout: float) -> HostAnswer:
     if not isinstance(got, list):
         return HostAnswer("failed", host.name, why=f"{host.name}: its ls --json is not a list")
     sessions: dict[str, tuple[str, int, int, str, int | None]] = {}
+    children: list[HostChild] = []
     for raw in got:
         try:
-            if raw.get("host") is None:  # its own sessions, not its hosts'
+            via = raw.get("host")
+            if via is None:  # its own sessions, not its hosts'
                 sessions[str(raw["name"])] = (
                     str(raw["daemon_instance"]),
                     int(raw["id"]),
@@ -54,9 +66,18 @@ def ask_host(host: Host, timeout: float) -> HostAnswer:
                     str(raw["state"]),
                     None if raw["exit_code"] is None else int(raw["exit_code"]),
                 )
+            child = listed_child(raw, str(raw["name"]))
+            children.append(
+                HostChild(
+                    str(raw["socket"]),
+                    str(raw["daemon_instance"]),
+                    child,
+                    via=None if via is None else str(via),
+                )
+            )
         except (AttributeError, KeyError, TypeError, ValueError):
             continue  # an ended session whose daemon is gone there, or garbage
-    return HostAnswer("listed", host.name, sessions)
+    return HostAnswer("listed", host.name, sessions, children=tuple(children))
 
 
 def _listed(host: Host, name: str, timeout: float) -> dict[str, Any]:
@@ -126,8 +147,16 @@ class RemoteRow:
 
 
 def _carry_out(
-    host: Host, leaf: SessionLeaf, d: Decision, until: float, store: ArrangementStore
+    host: Host,
+    leaf: SessionLeaf,
+    d: Decision,
+    until: float,
+    store: ArrangementStore,
+    *,
+    step: float | None = None,
 ) -> RemoteRow:
+    """``d`` done: a session gone there started again (each ssh call under
+    ``step``, the host's timeout unless given, and ``until`` at most)."""
     t0 = time.monotonic()
     if not d.relaunch:
         return RemoteRow(leaf, d.outcome, d.detail, 0.0)
@@ -135,9 +164,10 @@ def _carry_out(
     left = until - time.monotonic()
     if left <= 0:
         return RemoteRow(leaf, "failed", f"{d.detail}; not started: the restore's deadline", 0.0)
+    bound = min(host.timeout if step is None else step, left)
     try:
-        start_there(host, name, leaf.argv, leaf.cwd, min(host.timeout, left))
-        made = remote_leaf(host, name, min(host.timeout, left))
+        start_there(host, name, leaf.argv, leaf.cwd, bound)
+        made = remote_leaf(host, name, min(bound, max(0.1, until - time.monotonic())))
     except CliError as exc:
         return RemoteRow(leaf, "failed", f"{d.detail}; relaunch failed: {exc}", 0.0)
     notice = relaunch_notice(leaf, d.reason or d.detail)
@@ -150,43 +180,109 @@ def _carry_out(
     return RemoteRow(new, d.outcome, detail, time.monotonic() - t0)
 
 
+@attrs.frozen
+class RemoteRestore:
+    """What restore made of the sessions on other hosts: a report row each
+    (``sessions``, in the leaves' order), and what the hosts that answered
+    after their timeout handed to the adopter (``late``)."""
+
+    sessions: list[dict[str, object]]
+    late: list[SweepRow]
+
+
+@attrs.define
+class _Question:
+    """One host's ``ls --json``: its thread asks (and owns the ssh until it
+    ends or is killed at the restore's deadline); at ``bound`` (its own
+    timeout) ``restore_remote`` calls it timed out if no answer has come.
+    Whichever of the two takes ``lock`` first decides whether the answer
+    is in time or ``late``."""
+
+    host: str
+    leaves: list[SessionLeaf]
+    started: float
+    bound: float
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+    answered: threading.Event = attrs.Factory(threading.Event)
+    late: bool = False
+
+
 def restore_remote(
     leaves: Sequence[SessionLeaf], options: Options, timeout: float
-) -> list[dict[str, object]]:
+) -> RemoteRestore:
     """Every saved session on another host, host by host at once, within
-    ``timeout``; a report row each (in ``leaves``' order)."""
-    until = time.monotonic() + timeout
+    ``timeout``: a host's sessions are called timed out at the host's own
+    timeout, and its answer until ``timeout`` goes to the adopter. Returns
+    by ``timeout`` (plus the last store write)."""
+    started = time.monotonic()
+    until = started + timeout
     hosts = load_hosts()
     by_host: dict[str, list[SessionLeaf]] = {}
     for leaf in leaves:
         assert leaf.host is not None
         by_host.setdefault(leaf.host, []).append(leaf)
     rows: dict[str, RemoteRow] = {}
+    late: list[SweepRow] = []
     credential_needed: set[str] = set()
 
-    def one_host(name: str, its: list[SessionLeaf]) -> None:
-        t0 = time.monotonic()
-        host = hosts.get(name)
+    def one_host(q: _Question) -> None:
+        host = hosts.get(q.host)
         if host is None:
-            for leaf in its:
-                rows[leaf.name] = RemoteRow(leaf, "failed", f"no host named {name} any more", 0.0)
+            with q.lock:
+                for leaf in q.leaves:
+                    rows[leaf.name] = RemoteRow(
+                        leaf, "failed", f"no host named {q.host} any more", 0.0
+                    )
+                q.answered.set()
             return
-        answer = ask_host(host, max(0.1, min(host.timeout, until - time.monotonic())))
+        # Asked until the restore's deadline, not the host's own timeout:
+        # an answer after that one still comes to the adopter.
+        answer = ask_host(host, max(0.1, until - time.monotonic()))
+        asked = time.monotonic() - q.started
+        with q.lock:
+            q.answered.set()
+            in_time = not q.late
         if answer.kind == "credential" and not host.needs_credential:
-            credential_needed.add(name)
-        asked = time.monotonic() - t0
+            credential_needed.add(q.host)
+        if not in_time:
+            late.extend(adopt_late_host(host, answer, asked, options, until))
+            return
         with ArrangementStore.open() as store:
-            for leaf in its:
+            for leaf in q.leaves:
                 d = decide_remote(leaf, answer, options)
                 row = _carry_out(host, leaf, d, until, store)
                 rows[leaf.name] = attrs.evolve(row, seconds=asked + row.seconds)
 
-    threads = [
-        threading.Thread(target=one_host, args=(name, its), daemon=True)
+    questions = [
+        _Question(
+            name,
+            its,
+            started,
+            min(started + hosts[name].timeout, until) if name in hosts else started,
+        )
         for name, its in by_host.items()
+    ]
+    threads = [
+        threading.Thread(target=one_host, args=(q,), name=f"host {q.host}", daemon=True)
+        for q in questions
     ]
     for t in threads:
         t.start()
+    # Each host's own timeout, in the order they fall due.
+    for q in sorted(questions, key=lambda q: q.bound):
+        q.answered.wait(max(0.0, q.bound - time.monotonic()))
+        with q.lock:
+            if q.answered.is_set():
+                continue
+            q.late = True
+            waited = time.monotonic() - q.started
+            silent = HostAnswer(
+                "silent", q.host, why=f"{q.host}: no answer within {q.bound - q.started:.3g} s"
+            )
+            for leaf in q.leaves:
+                d = decide_remote(leaf, silent, options)
+                detail = f"{d.detail}; asked on until the restore's deadline"
+                rows[leaf.name] = RemoteRow(leaf, d.outcome, detail, waited)
     for t in threads:
         t.join(max(0.0, until - time.monotonic()) + 1.0)
     if credential_needed:  # remembered: the next login defers them at once
@@ -204,7 +300,61 @@ def restore_remote(
             why = f"{leaf.host}: no answer within {timeout:g} s"
             row = RemoteRow(leaf, "timed-out", why, timeout)
         out.append(row.row())
-    return out
+    return RemoteRestore(out, list(late))
+
+
+def adopt_late_host(
+    host: Host, answer: HostAnswer, after: float, options: Options, until: float
+) -> list[SweepRow]:
+    """``host``'s answer that came ``after`` seconds, past its timeout, to
+    the adopter (``adopter.late_host``): its saved sessions running there
+    are found (kept as they are), those gone there started again there by
+    ``until``, and its running sessions that no leaf references adopted as
+    ``HOST:NAME`` into the orphans window, each in one transaction that
+    refuses a child some leaf references by then. A row each, state
+    ``late``; none for a host that never answered."""
+    from adopter import StoreSink, SweepRow, late_host
+
+    def row(socket: str, action: str, name: str, detail: str) -> SweepRow:
+        return SweepRow(
+            f"{host.name}:{socket}",
+            "late",
+            action,
+            name=name,
+            detail=f"answered after {after:.1f} s; {detail}",
+        )
+
+    rows: list[SweepRow] = []
+    try:
+        with ArrangementStore.open() as store:
+            plan = late_host(store.load(), host.name, answer, options)
+            for leaf, d in plan.saved:
+                sock = leaf.ref.socket if leaf.ref is not None else ""
+                if d.outcome == "attached":
+                    rows.append(row(sock, "found", leaf.name, f"{d.detail}: kept as it is"))
+                    continue
+                # No step bound but the deadline's: the host has shown it
+                # takes longer than its timeout.
+                done = _carry_out(host, leaf, d, until, store, step=math.inf)
+                if done.leaf.ref is not None:
+                    sock = done.leaf.ref.socket
+                rows.append(row(sock, done.outcome, leaf.name, done.detail))
+            sink = StoreSink(store)
+            for found in plan.adopt:
+                c = found.child
+                try:
+                    made = sink.record_host(host.name, found)
+                except StoreError as exc:
+                    rows.append(row(found.socket, "retry", c.name, f"not recorded: {exc}"))
+                    continue
+                if made is None:
+                    rows.append(row(found.socket, "skipped", c.name, f"{c.name} is saved by now"))
+                else:
+                    what = f"pid {c.pid}: {' '.join(c.argv)}"
+                    rows.append(row(found.socket, "adopted", made.name, what))
+    except StoreError as exc:
+        rows.append(row("", "retry", "", f"the saved arrangement cannot be used: {exc}"))
+    return rows
 
 
 def record_made(host: Host, name: str) -> None:

@@ -181,13 +181,17 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
         # Sessions on other hosts: asked over ssh, host by host at once, in
         # a thread of its own while the local restore runs (_remote_restore).
         remote_rows: list[dict[str, object]] = []
+        # What hosts that answered after their timeout handed the adopter.
+        remote_late: list[SweepRow] = []
         options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
         worker: threading.Thread | None = None
         if remote:
             from multiserver_cli._remote_restore import restore_remote
 
             def remotely() -> None:
-                remote_rows.extend(restore_remote(remote, options, args.timeout))
+                done = restore_remote(remote, options, args.timeout)
+                remote_rows.extend(done.sessions)
+                remote_late.extend(done.late)
 
             worker = threading.Thread(target=remotely, name="hosts", daemon=True)
             worker.start()
@@ -254,7 +258,7 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
             for r in remote_rows:
                 if not args.json:
                     print(f"  {r['name']}: {r['outcome']} ({r['detail']})", file=sys.stderr)
-    extra = [r for r in [*late_rows, *swept.rows] if r.action != "none"]
+    extra = [r for r in [*late_rows, *remote_late, *swept.rows] if r.action != "none"]
     return {
         "sessions": [_row(s) for s in result.sessions] + remote_rows,
         "sweep": [_sweep_row(r) for r in extra],
@@ -310,7 +314,7 @@ def _show(out: dict[str, Any], args: Namespace) -> int:
         [
             str(r["name"] or "-"),
             f"sweep: {r['action']}",
-            Path(str(r["socket"])).name,
+            _daemon_label(str(r["socket"])),
             str(r["detail"]),
             "",
         ]
@@ -321,6 +325,15 @@ def _show(out: dict[str, Any], args: Namespace) -> int:
     else:
         print("nothing to restore", file=sys.stderr)
     return status
+
+
+def _daemon_label(socket: str) -> str:
+    """A sweep row's daemon for a person: its socket's file name, after
+    ``HOST:`` for a daemon on another host (``db1:multiserver-daemon-1.socket``)."""
+    host, sep, path = socket.partition(":")
+    if sep and not socket.startswith("/"):
+        return f"{host}:{Path(path).name}"
+    return Path(socket).name
 
 
 def _held(store: ArrangementStore) -> set[str]:

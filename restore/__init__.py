@@ -48,7 +48,16 @@ if TYPE_CHECKING:
         bounded_scrollback,
     )
     from restore._partial import DaemonAttachment, PhaseResult
-    from restore._plan import ATTACH_SHARE, OUTCOMES, Options, Outcome
+    from restore._plan import (
+        ATTACH_SHARE,
+        OUTCOMES,
+        Decision,
+        HostAnswer,
+        HostChild,
+        Options,
+        Outcome,
+        decide_remote,
+    )
     from restore._restore import RestoreResult, close_late, release_claims, restore_arrangement
     from restore._store import (
         ArrangementStore,
@@ -80,6 +89,10 @@ _HOMES: dict[str, str] = {
     "Arrangement": "restore._model",
     "ArrangementStore": "restore._store",
     "DaemonAttachment": "restore._partial",
+    "Decision": "restore._plan",
+    "HostAnswer": "restore._plan",
+    "HostChild": "restore._plan",
+    "decide_remote": "restore._plan",
     "Hold": "restore._held",
     "HoldRecord": "restore._held",
     "OUTCOMES": "restore._plan",
@@ -116,8 +129,11 @@ __all__ = [
     "Arrangement",
     "ArrangementStore",
     "DaemonAttachment",
+    "Decision",
     "Hold",
     "HoldRecord",
+    "HostAnswer",
+    "HostChild",
     "Kitty",
     "OpenTab",
     "Options",
@@ -145,6 +161,7 @@ __all__ = [
     "Window",
     "bounded_scrollback",
     "close_late",
+    "decide_remote",
     "kitty_pairs",
     "live_holds",
     "merge_layout",

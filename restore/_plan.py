@@ -352,16 +352,31 @@ def relaunch_notice(leaf: SessionLeaf, why: str) -> bytes:
 
 
 @attrs.frozen
+class HostChild:
+    """A child of one of a host's daemons, as its ``ls --json`` gave it:
+    the daemon's socket and instance there, the child under its name there,
+    and ``via``: the host's own host, for a session that host reaches in
+    turn (None: its own)."""
+
+    socket: str
+    instance_id: str
+    child: ChildInfo
+    via: str | None = None
+
+
+@attrs.frozen
 class HostAnswer:
     """What a host said when asked for its sessions (over ssh, by the
     command line): ``listed`` them (name -> (instance, child id, pid, state,
-    exit code)), needs a ``credential`` (a passphrase: not asked at login),
-    ``failed`` (why), or ``silent`` (not within its timeout)."""
+    exit code); ``children``: each as a whole, for the adopter), needs a
+    ``credential`` (a passphrase: not asked at login), ``failed`` (why), or
+    ``silent`` (not within its timeout)."""
 
     kind: Literal["listed", "credential", "failed", "silent"]
     host: str
     sessions: dict[str, tuple[str, int, int, str, int | None]] = attrs.Factory(dict)
     why: str = ""
+    children: tuple[HostChild, ...] = ()
 
 
 def decide_remote(leaf: SessionLeaf, answer: HostAnswer, options: Options) -> Decision:

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 
 from restore import ArrangementStore, RestorationRef, SessionLeaf
@@ -40,6 +41,20 @@ def add_locked_host(ms_dirs: MsDirs, sshd: Remote, passphrase: str) -> None:
         f"  IdentityFile {key}\n  IdentitiesOnly yes\n  IdentityAgent none\n"
         f"  UserKnownHostsFile {known}\n  StrictHostKeyChecking yes\n"
     )
+
+
+def ssh_clients_of(dest: str) -> list[int]:
+    """The ssh clients (not shared connections) running for ``dest``."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"ssh" and b"--" in argv and dest.encode() in argv:
+            found.append(int(name))
+    return found
 
 
 def saved(ms_dirs: MsDirs) -> dict[str, SessionLeaf]:
@@ -92,7 +107,11 @@ def test_restore_with_five_hosts_at_once(ms_dirs: MsDirs, sshd: Remote) -> None:
         # The job expired there: its grace window elapsed (killed there).
         remotely(sshd, "kill", "job")
 
-        done = run(ms_dirs, sshd, "restore", "--json", "--timeout", "10")
+        # The silent host's question runs on after its own 2 s, until the
+        # restore's deadline (an answer by then would go to the adopter).
+        t0 = time.monotonic()
+        done = run(ms_dirs, sshd, "restore", "--json", "--timeout", "5")
+        took = time.monotonic() - t0
     out = json.loads(done.stdout)
     rows = {r["name"]: r for r in out["sessions"]}
     outcomes = {name: r["outcome"] for name, r in rows.items()}
@@ -110,6 +129,9 @@ def test_restore_with_five_hosts_at_once(ms_dirs: MsDirs, sshd: Remote) -> None:
     assert rows["refusing:s"]["seconds"] < 2  # at once
     assert 1.5 <= rows["silent:s"]["seconds"] < 5  # its own 2 s, not ssh's 60
     assert rows["here"]["seconds"] < 1.5  # the local one never waited for a host
+    assert 5 <= took < 5 + 1.5  # the silent host's ssh ended at the deadline, not ssh's 60 s
+    assert not [r for r in out["sweep"] if r["state"] == "late"]  # it never answered
+    assert not ssh_clients_of("silent")  # killed and reaped by the restore
 
     # The expired one runs there again, its marker waiting for its first attach.
     listed = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
