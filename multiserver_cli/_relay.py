@@ -90,6 +90,11 @@ def serve_relayed() -> None:
     first size is read before this returns. CliError if it does not come
     within FIRST_SIZE_WAIT, or the stream breaks the relay's rules."""
     global _relayed
+    if os.isatty(0):
+        raise CliError(
+            "--relay is what `attach HOST:NAME` runs over ssh, not for a terminal:"
+            " use `multiserver attach NAME`"
+        )
     channel = os.dup(0)
     decoder = Decoder()
     first: list[bytes | Size] = []

@@ -4,7 +4,10 @@ goes away, which must cost the session nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pty
 
 import pytest
 from hypothesis import given
@@ -16,7 +19,7 @@ from multiserver_cli._relay_codec import (
     encode_input,
     encode_size,
 )
-from tests.cli.conftest import run_ms, wait_buffered
+from tests.cli.conftest import MULTISERVER, person_env, run_ms, wait_buffered
 from tests.conftest import MsDirs
 
 Item = bytes | Size
@@ -95,6 +98,30 @@ def test_a_relay_that_breaks_the_rules_at_once_is_one_line(
     assert done.returncode == 1
     assert done.stderr.decode().splitlines() == [said]
     assert _running(ms_dirs, "web")  # never touched
+
+
+def test_relay_is_refused_on_a_terminal(ms_dirs: MsDirs) -> None:
+    run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh")
+    pid, master = pty.fork()
+    if pid == 0:  # the child: multiserver attach --relay on a terminal
+        try:
+            os.execve(MULTISERVER, [MULTISERVER, "attach", "--relay", "web"], person_env(ms_dirs))
+        finally:
+            os._exit(127)
+    try:
+        seen = bytearray()
+        with contextlib.suppress(OSError):
+            while chunk := os.read(master, 4096):
+                seen += chunk
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(master)
+    assert os.waitstatus_to_exitcode(status) == 1
+    assert bytes(seen).strip() == (
+        b"multiserver: --relay is what `attach HOST:NAME` runs over ssh, not for a"
+        b" terminal: use `multiserver attach NAME`"
+    )
+    assert _running(ms_dirs, "web")
 
 
 @pytest.mark.parametrize("end", [b"", b"\x00Q broken after the size"])
