@@ -6,7 +6,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import trio
@@ -76,13 +76,16 @@ def ssh_clients_in(term: Terminal) -> list[int]:
 
 
 async def attached_over_ssh(
-    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+    ms_dirs: MsDirs,
+    sshd: Remote,
+    open_terminal: Callable[..., Terminal],
+    command: Sequence[str] = ("sh",),
 ) -> Terminal:
-    """Host db1 added, its session web (a shell) made, and a person's
-    terminal attached to it through ssh."""
+    """Host db1 added, its session web (``command``: a shell) made, and a
+    person's terminal attached to it through ssh."""
     added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
     assert added.returncode == 0, added.stderr
-    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh")
+    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", *command)
     assert made.returncode == 0, made.stderr
     term = open_terminal(env=person_ssh_env(ms_dirs, sshd))
     await term.wait_prompt()

@@ -11,22 +11,13 @@ from collections.abc import Callable
 from tests.cli.conftest import Terminal, cmdline
 from tests.conftest import MsDirs
 from tests.remote.conftest import Remote
-from tests.remote.test_hosts import person_ssh_env, run
-from tests.remote.test_remote_commands import ssh_clients_in, wait_until
+from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in
 
 
 async def attached(
-    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal], command: str
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal], script: str
 ) -> Terminal:
-    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
-    assert added.returncode == 0, added.stderr
-    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh", "-c", command)
-    assert made.returncode == 0, made.stderr
-    term = open_terminal(env=person_ssh_env(ms_dirs, sshd), rows=24, cols=80)
-    await term.wait_prompt()
-    term.line("multiserver attach db1:web")
-    await wait_until(lambda: ssh_clients_in(term), "connected", 15)
-    return term
+    return await attached_over_ssh(ms_dirs, sshd, open_terminal, ["sh", "-c", script])
 
 
 async def test_the_terminal_is_relayed_with_its_size_and_every_key(
@@ -39,10 +30,10 @@ async def test_the_terminal_is_relayed_with_its_size_and_every_key(
     assert "-T" in argv and "-tt" not in argv and "attach --relay" in argv[-1], argv
 
     term.line("stty size")
-    await term.wait_screen("24 80")
-    term.resize(30, 100)  # the window is made bigger: the session's PTY follows
-    term.line("stty size")
     await term.wait_screen("30 100")
+    term.resize(40, 120)  # the window is made bigger: the session's PTY follows
+    term.line("stty size")
+    await term.wait_screen("40 120")
 
     # Every byte typed reaches the program as typed: NUL (the relay's own
     # escape byte) and ssh's escape sequence, which -T leaves alone.
