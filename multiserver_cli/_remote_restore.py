@@ -153,13 +153,18 @@ def _carry_out(
     until: float,
     store: ArrangementStore,
     *,
+    answer: HostAnswer | None = None,
     step: float | None = None,
 ) -> RemoteRow:
     """``d`` done: a session gone there started again (each ssh call under
-    ``step``, the host's timeout unless given, and ``until`` at most)."""
+    ``step``, the host's timeout unless given, and ``until`` at most); one
+    found there under its name (``answer``) saved as its child there."""
     t0 = time.monotonic()
     if not d.relaunch:
-        return RemoteRow(leaf, d.outcome, d.detail, 0.0)
+        detail = d.detail
+        if answer is not None:
+            leaf, detail = _follow(leaf, answer, store, detail)
+        return RemoteRow(leaf, d.outcome, detail, 0.0)
     name = leaf.name.rpartition(":")[2]
     left = until - time.monotonic()
     if left <= 0:
@@ -207,6 +212,28 @@ class _Question:
     late: bool = False
 
 
+def _follow(
+    leaf: SessionLeaf, answer: HostAnswer, store: ArrangementStore, detail: str
+) -> tuple[SessionLeaf, str]:
+    """``leaf`` pointed at its host's session of its name, if that is not
+    the saved child (``decide_remote`` took it as the session); the detail,
+    with what could not be saved."""
+    name = leaf.name.rpartition(":")[2]
+    for found in answer.children:
+        if found.via is not None or found.child.name != name:
+            continue
+        ref = RestorationRef(found.socket, found.instance_id, found.child.id, found.child.pid)
+        if leaf.ref == ref:
+            return leaf, detail
+        moved = attrs.evolve(leaf, ref=ref)
+        try:
+            store.update_session(moved)
+        except (StoreError, KeyError) as exc:
+            return leaf, f"{detail}; not saved: {exc}"
+        return moved, detail
+    return leaf, detail
+
+
 def restore_remote(
     leaves: Sequence[SessionLeaf], options: Options, timeout: float
 ) -> RemoteRestore:
@@ -250,7 +277,7 @@ def restore_remote(
         with ArrangementStore.open() as store:
             for leaf in q.leaves:
                 d = decide_remote(leaf, answer, options)
-                row = _carry_out(host, leaf, d, until, store)
+                row = _carry_out(host, leaf, d, until, store, answer=answer)
                 rows[leaf.name] = attrs.evolve(row, seconds=asked + row.seconds)
 
     questions = [
@@ -329,16 +356,14 @@ def adopt_late_host(
         with ArrangementStore.open() as store:
             plan = late_host(store.load(), host.name, answer, options)
             for leaf, d in plan.saved:
-                sock = leaf.ref.socket if leaf.ref is not None else ""
-                if d.outcome == "attached":
-                    rows.append(row(sock, "found", leaf.name, f"{d.detail}: kept as it is"))
-                    continue
                 # No step bound but the deadline's: the host has shown it
                 # takes longer than its timeout.
-                done = _carry_out(host, leaf, d, until, store, step=math.inf)
-                if done.leaf.ref is not None:
-                    sock = done.leaf.ref.socket
-                rows.append(row(sock, done.outcome, leaf.name, done.detail))
+                done = _carry_out(host, leaf, d, until, store, answer=answer, step=math.inf)
+                sock = done.leaf.ref.socket if done.leaf.ref is not None else ""
+                if d.outcome == "attached":
+                    rows.append(row(sock, "found", leaf.name, f"{done.detail}: kept as it is"))
+                else:
+                    rows.append(row(sock, done.outcome, leaf.name, done.detail))
             sink = StoreSink(store)
             for found in plan.adopt:
                 c = found.child

@@ -397,18 +397,20 @@ def decide_remote(leaf: SessionLeaf, answer: HostAnswer, options: Options) -> De
         return Decision("timed-out", f"{answer.why}; nothing started", relaunch=False)
     found = answer.sessions.get(name)
     ref = leaf.ref
-    if found is not None and ref is not None and found[:2] == (ref.instance_id, ref.child_id):
+    if found is not None:
+        # ``attach HOST:NAME`` reaches the host's session of that name: not
+        # the saved child (a relaunch whose record was lost, or one made
+        # there since), it is the session now (its ref follows it), never
+        # a reason to start a second one.
         _instance, _child, pid, state, code = found
+        same = ref is not None and found[:2] == (ref.instance_id, ref.child_id)
+        other = "" if same else f" (not the saved child: {name} there is taken as it)"
         if state == "exited":
             ended = "ended" if code is None else describe_exit(code)
-            return Decision("ended", f"session ended on {answer.host} ({ended})", relaunch=False)
-        return Decision("attached", f"running on {answer.host}, pid {pid}", relaunch=False)
-    if found is not None:
-        return Decision(
-            "failed",
-            f"{answer.host} has another session named {name}: not started again",
-            relaunch=False,
-        )
+            return Decision(
+                "ended", f"session ended on {answer.host} ({ended}){other}", relaunch=False
+            )
+        return Decision("attached", f"running on {answer.host}, pid {pid}{other}", relaunch=False)
     why = "gone from its host (grace window elapsed, or the host rebooted)"
     if ref is None:
         why = "never started"

@@ -8,6 +8,8 @@ import contextlib
 import json
 import os
 import pty
+import subprocess
+import threading
 
 import pytest
 from hypothesis import given
@@ -20,7 +22,7 @@ from multiserver_cli._relay_codec import (
     encode_size,
 )
 from tests.cli.conftest import MULTISERVER, person_env, run_ms, wait_buffered
-from tests.conftest import MsDirs
+from tests.conftest import MsDirs, wait_until_sync
 
 Item = bytes | Size
 items = st.lists(
@@ -137,3 +139,40 @@ async def test_a_relay_that_ends_or_breaks_later_lets_the_session_go(
     assert _running(ms_dirs, "web")
     listed = json.loads(run_ms(ms_dirs, "ls", "--json").stdout)
     assert [s["held"] for s in listed if s["name"] == "web"] == [False]
+
+
+def test_a_large_paste_reaches_the_program_byte_for_byte(ms_dirs: MsDirs) -> None:
+    """256 KiB of every byte value typed through the relay into a program
+    on a raw terminal (the relay's NUL, the PTY's 4 KiB input queue and the
+    copy loop's input limit all on the way): it gets them all, in order.
+    The session shows nothing first: a replay would make the attach ask the
+    terminal (nobody here answers) and take answer-like bytes typed within
+    a second for the answers (``_terminal.AnswerFilter``)."""
+    out = ms_dirs.root / "pasted"
+    script = f"stty raw -echo; exec cat > {out}"
+    run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", script)
+    paste = os.urandom(256 * 1024)
+    proc = subprocess.Popen(
+        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=person_env(ms_dirs),
+        cwd=ms_dirs.root,
+    )
+    assert proc.stdin is not None
+    try:
+        assert wait_until_sync(out.exists, 15)  # stty has run
+        writer = threading.Thread(
+            target=proc.stdin.write, args=(encode_size(24, 80) + encode_input(paste),)
+        )
+        writer.start()
+        writer.join(60)
+        assert not writer.is_alive(), "the relay stopped taking input"
+        proc.stdin.flush()
+        assert wait_until_sync(lambda: out.stat().st_size >= len(paste), 60), out.stat()
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    assert out.read_bytes() == paste
+    assert _running(ms_dirs, "web")

@@ -12,6 +12,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
+import attrs
+
 from restore import ArrangementStore, RestorationRef, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
 from tests.cli.conftest import Terminal
@@ -173,3 +175,29 @@ async def test_a_deferred_session_comes_back_at_its_first_attach(
     term.type(b"\x1c")
     await term.wait_screen("detached from job")
     assert saved(ms_dirs)["db9:job"].notice is None  # shown once, then cleared
+
+
+def test_a_relaunch_whose_record_was_lost_is_the_session_not_a_second_one(
+    ms_dirs: MsDirs, sshd: Remote
+) -> None:
+    """A restore started db1:web again there and died (or its store failed)
+    before it saved the new child: the saved ref is stale, and the host has
+    a session of that name. The next restore takes it as the session (its
+    ref saved), starts nothing, and attach reaches it."""
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh")
+    assert made.returncode == 0, made.stderr
+    real = saved(ms_dirs)["db1:web"].ref
+    assert real is not None
+    stale = RestorationRef(real.socket, "0" * 32, real.child_id + 7, 1)
+    with ArrangementStore.open() as store:
+        store.update_session(attrs.evolve(saved(ms_dirs)["db1:web"], ref=stale))
+
+    done = run(ms_dirs, sshd, "restore", "--json", "--timeout", "10")
+    (row,) = json.loads(done.stdout)["sessions"]
+    assert (row["outcome"], done.returncode) == ("attached", 0), row
+    assert "(not the saved child: web there is taken as it)" in row["detail"]
+    assert saved(ms_dirs)["db1:web"].ref == real  # follows the child there
+    listed = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
+    assert [s["name"] for s in listed if s.get("host") == "db1"] == ["web"]  # not twice
