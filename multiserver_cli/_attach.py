@@ -34,7 +34,7 @@ from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy, _shown
 from multiserver_cli._daemon_gone import DaemonGone
 from multiserver_cli._errors import CliError
-from multiserver_cli._relay import is_terminal, terminal_size
+from multiserver_cli._relay import is_terminal, sizes_to, terminal_size
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Prints a status line; True when the terminal's cursor is at a line start.
@@ -94,6 +94,15 @@ class _ScreenSaver:
             return
         data, self._saved = self.screen.snapshot()
         self.save(data, False)
+
+
+def _size_pty(master: int, rows: int, cols: int) -> None:
+    """The PTY sized by this client, which holds its master (on a relayed
+    terminal, so that keys sent after a resize come after it; the daemon is
+    told too, and its own resize then changes nothing)."""
+    from multiserver import set_winsize  # loaded only by the few that need it
+
+    set_winsize(master, rows, cols)
 
 
 def _ends_line(shown: OutputBuffer) -> bool:
@@ -179,7 +188,11 @@ def run_attached(
     try:
         # Raw mode; on every way out, the terminal reset (alternate screen
         # left, cursor shown...) before the status line.
-        with _proxy.attached_terminal(stdin, stdout, shown) as screen, _signals_to(sig_w):
+        with (
+            _proxy.attached_terminal(stdin, stdout, shown) as screen,
+            _signals_to(sig_w),
+            sizes_to(lambda rows, cols: _size_pty(master, rows, cols)),
+        ):
             # The replay without its queries; the filter drops the terminal's
             # answers to what was missed.
             answers = screen.replay(replay, answers_to=stdin)

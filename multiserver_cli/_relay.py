@@ -34,6 +34,7 @@ import termios
 import threading
 import time
 import tty
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -48,9 +49,16 @@ PENDING_LIMIT = 64 * 1024
 GONE_WAIT = 10.0
 
 
+# Sizes a relayed terminal's new size at once (set by the attach while it
+# holds the session's PTY), before the keys sent after it go on.
+SizeTo = Callable[[int, int], None]
+
+
 @attrs.define
 class _Relayed:
     size: Size | None
+    size_to: SizeTo | None = None
+    lock: threading.Lock = attrs.Factory(threading.Lock)
 
 
 # Set once, by serve_relayed, in a process whose fds 0-2 are the relay.
@@ -80,6 +88,26 @@ def terminal_size(fd: int) -> Size | None:
     except OSError:
         return None
     return (rows, cols) if rows and cols else None
+
+
+@contextlib.contextmanager
+def sizes_to(size_to: SizeTo) -> Iterator[None]:
+    """While attached on a relayed terminal: each new size is given to
+    ``size_to`` by the relay's thread, in the stream's order (keys sent
+    after a resize reach the program after it, as ssh keeps them). Once
+    this exits, ``size_to`` is not running and is not called again. No-op
+    on a tty here (SIGWINCH does it)."""
+    relayed = _relayed
+    if relayed is None:
+        yield
+        return
+    with relayed.lock:
+        relayed.size_to = size_to
+    try:
+        yield
+    finally:
+        with relayed.lock:
+            relayed.size_to = None
 
 
 # --- there: attach --relay ---------------------------------------------------------
@@ -144,13 +172,16 @@ def _decode(channel: int, decoder: Decoder, relayed: _Relayed, keys_w: int) -> N
     change announced with SIGWINCH."""
     try:
         while decoder.error is None and (data := os.read(channel, 65536)):
-            items = decoder.feed(data)
-            before = relayed.size
-            keys = _apply(items, relayed)
-            if keys:
-                _write_all(keys_w, keys)
-            if relayed.size != before or any(isinstance(i, tuple) for i in items):
-                os.kill(os.getpid(), signal.SIGWINCH)
+            for item in decoder.feed(data):
+                if not isinstance(item, tuple):
+                    _write_all(keys_w, item)
+                    continue
+                relayed.size = item
+                with relayed.lock:
+                    if relayed.size_to is not None and all(item):
+                        with contextlib.suppress(OSError):
+                            relayed.size_to(*item)
+                os.kill(os.getpid(), signal.SIGWINCH)  # the daemon is told too
         # A broken stream ends the input, as a terminal gone does.
     except OSError:
         pass

@@ -6,8 +6,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import threading
 from collections.abc import Callable, Sequence
 
+import attrs
 import pytest
 import trio
 
@@ -137,3 +140,96 @@ def test_new_a_through_a_host_makes_it_once(ms_dirs: MsDirs, sshd: Remote) -> No
         assert (made.returncode, made.stdout) == (0, "web\n"), made.stderr
     listed = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
     assert [s["name"] for s in listed if s.get("host") == "db1"] == ["web"]
+
+
+@attrs.define
+class CuttableLink:
+    """A TCP proxy on loopback between ssh and sshd: ``cut()`` drops every
+    connection through it at once (a network gone: the shared connection
+    dies too, not only one ssh), and it takes new ones after."""
+
+    target: int
+    listener: socket.socket = attrs.Factory(socket.socket)
+    live: list[socket.socket] = attrs.Factory(list)
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    @property
+    def port(self) -> int:
+        return int(self.listener.getsockname()[1])
+
+    def start(self) -> None:
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            far = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.live += [near, far]
+            for a, b in ((near, far), (far, near)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        with self.lock:
+            cut, self.live = self.live, []
+        for s in cut:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+async def test_a_network_cut_reconnects_through_a_new_connection_and_replays(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """The link itself goes (a proxy between ssh and sshd drops every
+    connection, the shared one too): attach makes a new connection and
+    replays what the session wrote meanwhile."""
+    link = CuttableLink(sshd.port)
+    link.start()
+    try:
+        remote1 = sshd.ssh_config.read_text().split("Host ", 2)[1]
+        proxied = remote1.replace("remote1", "lid", 1).replace(
+            f"Port {sshd.port}", f"Port {link.port}\n  HostKeyAlias [127.0.0.1]:{sshd.port}"
+        )
+        sshd.ssh_config.write_text(sshd.ssh_config.read_text() + "Host " + proxied)
+        for words in (
+            ["host", "add", "lid", "--ssh", "lid", "--command", sshd.command],
+            ["new", "--host", "lid", "-d", "-n", "web", "--", "sh"],
+        ):
+            done = run(ms_dirs, sshd, *words)
+            assert done.returncode == 0, done.stderr
+        term = open_terminal(env=person_ssh_env(ms_dirs, sshd))
+        await term.wait_prompt()
+        term.line("multiserver attach lid:web")
+        await wait_until(lambda: ssh_clients_in(term), "connected", 15)
+        term.line("i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo tick-$i; sleep 0.1; done")
+        await term.wait_screen("tick-3")
+        masters = ssh_masters_under(ms_dirs.root)
+        link.cut()
+        await term.wait_screen("[reconnecting to lid... in 0.5 s; ^\\ to stop]")
+        await term.wait_bytes(b"tick-40")
+        shown = bytes(term.raw).decode(errors="replace")
+        assert all(f"tick-{i}\r\n" in shown for i in range(1, 41)), shown[-2000:]
+        # The shared connection died with the link; a new one carries it.
+        assert set(ssh_masters_under(ms_dirs.root)).isdisjoint(masters)
+        term.type(b"\x1c")
+        await term.wait_screen("detached from web")
+    finally:
+        link.close()
