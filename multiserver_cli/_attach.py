@@ -34,7 +34,7 @@ from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy, _shown
 from multiserver_cli._daemon_gone import DaemonGone
 from multiserver_cli._errors import CliError
-from multiserver_cli._relay import is_terminal, sizes_to, terminal_size
+from multiserver_cli._relay import is_terminal, relay_broken, sizes_to, terminal_size
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Prints a status line; True when the terminal's cursor is at a line start.
@@ -250,6 +250,9 @@ def run_attached(
     if outcome.signal is not None:
         return 128 + outcome.signal
     if outcome.reason == _proxy.TERMINAL_GONE:
+        broken = relay_broken()
+        if broken is not None:  # its output still reaches the person: say why
+            say(f"[{name}: {broken}; detached]", _ends_line(shown))
         return 1
     say(f"[detached from {name}]", _ends_line(shown))
     return 0

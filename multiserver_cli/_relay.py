@@ -59,6 +59,7 @@ class _Relayed:
     size: Size | None
     size_to: SizeTo | None = None
     lock: threading.Lock = attrs.Factory(threading.Lock)
+    broken: str | None = None  # why the input stream ended early, if it broke
 
 
 # Set once, by serve_relayed, in a process whose fds 0-2 are the relay.
@@ -108,6 +109,12 @@ def sizes_to(size_to: SizeTo) -> Iterator[None]:
     finally:
         with relayed.lock:
             relayed.size_to = None
+
+
+def relay_broken() -> str | None:
+    """Why the relayed terminal's input ended, if its stream broke the
+    relay's rules (its output may still reach the person), else None."""
+    return None if _relayed is None else _relayed.broken
 
 
 # --- there: attach --relay ---------------------------------------------------------
@@ -182,7 +189,9 @@ def _decode(channel: int, decoder: Decoder, relayed: _Relayed, keys_w: int) -> N
                         with contextlib.suppress(OSError):
                             relayed.size_to(*item)
                 os.kill(os.getpid(), signal.SIGWINCH)  # the daemon is told too
-        # A broken stream ends the input, as a terminal gone does.
+        # A broken stream ends the input, as a terminal gone does (said
+        # before the input ends: see relay_broken).
+        relayed.broken = decoder.error
     except OSError:
         pass
     finally:

@@ -133,8 +133,11 @@ async def test_a_relay_that_ends_or_breaks_later_lets_the_session_go(
     run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh")
     sent = encode_size(24, 80) + b"echo typed-through-the-relay\r" + end
     done = run_ms(ms_dirs, "attach", "--relay", "-r", "none", "web", check=False, input=sent)
-    # The relayed terminal went away: the session is let go, as at a hangup.
+    # The relayed terminal went away: the session is let go, as at a hangup;
+    # an input that broke the rules is said (the output still goes there).
     assert done.returncode == 1, done.stderr
+    said = "[web: relayed input has an unknown escape b'Q'; detached]"
+    assert (said in done.stdout.decode(errors="replace")) == bool(end), done.stdout[-300:]
     await wait_buffered(ms_dirs, "web", b"typed-through-the-relay")
     assert _running(ms_dirs, "web")
     listed = json.loads(run_ms(ms_dirs, "ls", "--json").stdout)
