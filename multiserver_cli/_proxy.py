@@ -169,10 +169,10 @@ class Screen:
 
 
 def _same_terminal(a: int, b: int) -> bool:
-    if (a, b) == (0, 1) and is_terminal(a) and not real_tty(a):
-        return is_terminal(b)  # the relayed terminal: ours both ways
+    if not (real_tty(a) and real_tty(b)):  # the relayed terminal is one both ways
+        return is_terminal(a) and is_terminal(b)
     try:
-        return os.isatty(a) and os.isatty(b) and os.fstat(a).st_rdev == os.fstat(b).st_rdev
+        return os.fstat(a).st_rdev == os.fstat(b).st_rdev
     except OSError:
         return False
 

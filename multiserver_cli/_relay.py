@@ -154,41 +154,34 @@ def serve_relayed() -> None:
     if isinstance(sys.stderr, io.TextIOWrapper):
         sys.stderr.reconfigure(newline="\r\n")
     _relayed = relayed
-    pending = _apply(first, relayed)
-    if pending:
-        _write_all(keys_w, pending)
+    _deliver(first, relayed, keys_w)  # nobody is sized yet: SIGWINCH is ignored
     threading.Thread(
         target=_decode, args=(channel, decoder, relayed, keys_w), name="relay", daemon=True
     ).start()
 
 
-def _apply(items: list[bytes | Size], relayed: _Relayed) -> bytes:
-    """Keep the newest size; the keystrokes, joined."""
-    keys = bytearray()
+def _deliver(items: list[bytes | Size], relayed: _Relayed, keys_w: int) -> None:
+    """Decoded input, in order: keystrokes into ``keys_w``; each size kept,
+    given to ``size_to`` (the PTY sized before the keys after it go on),
+    and announced with SIGWINCH (the daemon is told too)."""
     for item in items:
-        if isinstance(item, tuple):
-            relayed.size = item
-        else:
-            keys += item
-    return bytes(keys)
+        if not isinstance(item, tuple):
+            _write_all(keys_w, item)
+            continue
+        relayed.size = item
+        with relayed.lock:
+            if relayed.size_to is not None and all(item):
+                with contextlib.suppress(OSError):
+                    relayed.size_to(*item)
+        os.kill(os.getpid(), signal.SIGWINCH)
 
 
 def _decode(channel: int, decoder: Decoder, relayed: _Relayed, keys_w: int) -> None:
-    """The channel's input until its end: keystrokes into ``keys_w`` (closed
-    at the end, which the attach sees as its terminal gone), each size
-    change announced with SIGWINCH."""
+    """The channel's input until its end (``_deliver``); ``keys_w`` is
+    closed at the end, which the attach sees as its terminal gone."""
     try:
         while decoder.error is None and (data := os.read(channel, 65536)):
-            for item in decoder.feed(data):
-                if not isinstance(item, tuple):
-                    _write_all(keys_w, item)
-                    continue
-                relayed.size = item
-                with relayed.lock:
-                    if relayed.size_to is not None and all(item):
-                        with contextlib.suppress(OSError):
-                            relayed.size_to(*item)
-                os.kill(os.getpid(), signal.SIGWINCH)  # the daemon is told too
+            _deliver(decoder.feed(data), relayed, keys_w)
         # A broken stream ends the input, as a terminal gone does (said
         # before the input ends: see relay_broken).
         relayed.broken = decoder.error

@@ -36,6 +36,15 @@ import trio
 
 from multiserver import ChildExited, Client, DaemonPaths, open_client
 
+# The /proc probes, re-exported for the tests that import them from here.
+from tests.procs import child_pids as child_pids
+from tests.procs import cmdlines as cmdlines
+from tests.procs import is_alive as is_alive
+from tests.procs import is_dead as is_dead
+from tests.procs import parent_pid as parent_pid
+from tests.procs import proc_state as proc_state
+from tests.procs import zombies as zombies
+
 # Bounds, not delays: each is how long a condition may take before the test
 # fails. Generous, because the suite runs on 2 busy cores.
 START_TIMEOUT = 15.0
@@ -67,51 +76,7 @@ def wait_until_sync(predicate: Callable[[], object], timeout: float) -> bool:
     return True
 
 
-# --- /proc probes -----------------------------------------------------------------
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name, or None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data.rsplit(")", 1)[1].split()
-
-
-def proc_state(pid: int) -> str | None:
-    """The state letter of ``pid`` (R, S, Z, ...), or None if it is gone."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
-
-def is_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    return proc_state(pid) not in (None, "Z", "X")
-
-
-def is_dead(pid: int) -> bool:
-    return not is_alive(pid)
-
-
-def parent_pid(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[1]) if fields else None
-
-
-def child_pids(pid: int) -> list[int]:
-    """Every process whose parent is ``pid`` (zombies included)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and parent_pid(int(name)) == pid:
-            found.append(int(name))
-    return sorted(found)
-
-
-def zombies(pid: int) -> list[int]:
-    """Children of ``pid`` that exited and were not reaped."""
-    return [c for c in child_pids(pid) if proc_state(c) == "Z"]
+# --- /proc probes (the basic ones: tests.procs) ----------------------------------
 
 
 def fd_links(pid: int) -> dict[int, str]:
@@ -169,17 +134,11 @@ def daemon_pids_under(root: Path) -> list[int]:
 
 def _daemon_pids(wanted: Callable[[bytes], bool]) -> list[int]:
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
+    for pid, cmdline in cmdlines():
+        args = cmdline.split(b"\0")
         names_socket = any(a == b"--socket" and wanted(b) for a, b in itertools.pairwise(args))
-        if names_socket and is_alive(int(name)):
-            found.append(int(name))
+        if names_socket and is_alive(pid):
+            found.append(pid)
     return sorted(found)
 
 

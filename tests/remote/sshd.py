@@ -25,6 +25,8 @@ from pathlib import Path
 
 import attrs
 
+from tests.procs import child_pids, cmdlines, is_alive
+
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 SSH = shutil.which("ssh")
 MULTISERVER = str(Path(sys.executable).with_name("multiserver"))
@@ -39,46 +41,20 @@ def usable() -> str | None:
     return None
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def process_tree(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(_children(p))
+        todo.extend(child_pids(p))
     return out
 
 
 def ssh_masters_under(root: Path) -> list[int]:
     """ssh's ControlMaster processes whose socket is under ``root`` (they
     name it in their title: ``ssh: PATH [mux]``)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                title = f.read()
-        except OSError:
-            continue
-        if title.startswith(f"ssh: {root}/".encode()):
-            found.append(int(name))
-    return found
+    title = f"ssh: {root}/".encode()
+    return [pid for pid, cmdline in cmdlines() if cmdline.startswith(title)]
 
 
 def free_port() -> int:
@@ -120,7 +96,7 @@ class Remote:
                 os.kill(pid, signal.SIGKILL)
         self.proc.wait(10)
         end = time.monotonic() + 5
-        while any(_alive(p) for p in pids) and time.monotonic() < end:
+        while any(is_alive(p) for p in pids) and time.monotonic() < end:
             time.sleep(0.02)
 
 
