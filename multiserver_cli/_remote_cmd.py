@@ -287,9 +287,9 @@ def _interactive(
     A connection that drops (ssh exits 255, or is killed) is made again,
     with waits that double up to RECONNECT_LAST, for RECONNECT_FOR seconds
     at most, each wait said on the terminal; the detach key stops the
-    waiting. The remote session was let go of at the drop (sshd hung its
-    terminal up), so the next attach replays everything it wrote
-    meanwhile. The terminal's modes are put back after each ssh (one that
+    waiting. The remote session was let go of at the drop (the relay's
+    input ended; through ``-tt``, sshd hung its terminal up), so the next
+    attach replays everything it wrote meanwhile. The terminal's modes are put back after each ssh (one that
     was killed could not)."""
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
@@ -347,13 +347,13 @@ def _bring_back(host: Host, name: str) -> None:
     from multiserver_cli._state import open_store, warn
     from restore._plan import relaunch_notice
 
-    answer = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
-    if answer.kind != "listed" or name in answer.sessions:
-        return
     with open_store() as store:
         leaf = None if store is None else store.load().find(f"{host.name}:{name}")
         if store is None or leaf is None:
-            return  # not saved here: the remote attach says it has no such session
+            return  # not saved here: the host is not asked (the attach says if it is gone)
+        answer = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+        if answer.kind != "listed" or name in answer.sessions:
+            return
         start_there(host, name, leaf.argv, leaf.cwd, host.timeout)
         made = remote_leaf(host, name, host.timeout)
         why = "gone from its host (grace window elapsed, or the host rebooted)"
