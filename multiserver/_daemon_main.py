@@ -126,6 +126,10 @@ def run_foreground(
     exit (instead of LockBusy), and tell the service manager when it is up
     (``sd_notify``, where ``$NOTIFY_SOCKET`` is set).
     """
+    # Never hold the directory this was started from (a removable disk
+    # would stay busy for as long as the daemon lives); its paths are
+    # absolute.
+    os.chdir("/")
     paths.prepare()
     if service:
         config = attrs.evolve(config, idle_exit=None)
@@ -139,7 +143,6 @@ def run_foreground(
         sd_notify(f"READY=1\nSTATUS=waiting for the daemon on {paths.socket}{who} to exit")
         log.info("waiting for the daemon on %s%s to exit", paths.socket, who)
         lock_fd = wait_lock(paths.lock)
-    os.chdir("/")
 
     def ready() -> None:
         if service:

@@ -33,10 +33,18 @@ SOCKET_RE = re.compile(r"^multiserver-daemon-([1-9][0-9]{0,5})\.socket$")
 SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
 
 
+def _given_dir(variable: str) -> Path | None:
+    """The dir ``variable`` names, absolute: a relative one is taken from
+    the directory this process runs in, once, as the daemon it starts
+    runs in ``/``."""
+    given = os.environ.get(variable)
+    return Path(os.path.abspath(given)) if given else None
+
+
 def runtime_dir() -> Path:
-    env = os.environ.get("MULTISERVER_RUNTIME_DIR")
-    if env:
-        return Path(env)
+    given = _given_dir("MULTISERVER_RUNTIME_DIR")
+    if given is not None:
+        return given
     import platformdirs  # only when no dir is given: the daemon never needs it
 
     if sys.platform == "darwin":  # pragma: no cover
@@ -45,9 +53,9 @@ def runtime_dir() -> Path:
 
 
 def state_dir() -> Path:
-    env = os.environ.get("MULTISERVER_STATE_DIR")
-    if env:
-        return Path(env)
+    given = _given_dir("MULTISERVER_STATE_DIR")
+    if given is not None:
+        return given
     import platformdirs
 
     return Path(platformdirs.user_state_dir(APP, appauthor=False))
@@ -56,7 +64,7 @@ def state_dir() -> Path:
 def fallback_dir() -> Path:
     # $TMPDIR as tempfile.gettempdir() reads it, without its 4-5 ms of
     # imports (shutil, random) in every command that lists the socket dirs.
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"ms-{os.getuid()}"
+    return Path(os.path.abspath(os.environ.get("TMPDIR") or "/tmp")) / f"ms-{os.getuid()}"
 
 
 def check_private_dir(path: Path) -> None:
@@ -141,14 +149,16 @@ class DaemonPaths:
     @classmethod
     def for_socket(cls, sock: Path, state: Path | None = None) -> DaemonPaths:
         """The files of the daemon on ``sock``; its state dir is ``state``,
-        else the user's (``state_dir()``)."""
+        else the user's (``state_dir()``). Relative paths are taken from
+        this directory: a daemon runs in ``/``."""
+        sock = Path(os.path.abspath(sock))
         m = SOCKET_RE.match(sock.name)
         number = int(m.group(1)) if m else 0
         return cls(
             number,
             sock,
             sock.with_name(sock.name + ".lock"),
-            state_dir() if state is None else state,
+            state_dir() if state is None else Path(os.path.abspath(state)),
         )
 
     def prepare(self) -> None:

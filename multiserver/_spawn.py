@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from multiserver._config import DaemonConfig, config_args, config_from_env
 from multiserver._errors import (
@@ -28,6 +29,9 @@ from multiserver._errors import (
 )
 from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
 from multiserver._stale import remove_stale_socket
+
+if TYPE_CHECKING:
+    import subprocess
 
 # While another process holds the lock (a daemon starting or exiting), poll
 # the socket at this interval. The caller's deadline bounds the wait.
@@ -90,57 +94,70 @@ def connect_blocking(path: Path, deadline: float | None = None) -> socket.socket
     return sock
 
 
-def spawn_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -> tuple[int, int]:
+def daemon_argv(paths: DaemonPaths, ready_fd: int, lock_fd: int, config: DaemonConfig) -> list[str]:
+    """The daemon's command line: this interpreter with ``-P``, so that
+    ``-m`` puts no directory of the caller's first on ``sys.path`` (a
+    ``multiserver/`` folder where a person typed a command would be the
+    daemon's code otherwise)."""
+    return [
+        sys.executable,
+        "-P",
+        "-m",
+        "multiserver",
+        "--socket",
+        str(paths.socket),
+        "--ready-fd",
+        str(ready_fd),
+        "--lock-fd",
+        str(lock_fd),
+        "--state-dir",
+        str(paths.state_dir),
+        *config_args(config),
+    ]
+
+
+def spawn_daemon(
+    paths: DaemonPaths, lock_fd: int, config: DaemonConfig
+) -> tuple[subprocess.Popen[bytes], int]:
     """Spawn a detached daemon that inherits ``lock_fd`` (locked by the
-    caller); returns (its pid, the read end of its ready pipe, the
-    caller's to close). Read one line from it (``ready_pid``)."""
+    caller); returns (the session leader it is spawned as, the read end of
+    its ready pipe, the caller's to close). Read one line from it
+    (``ready_pid``).
+
+    It starts in ``/``, in a session of its own, with nothing of this
+    process but the two fds: it never holds the caller's directory, and a
+    relative entry of ``$PYTHONPATH`` cannot name a folder there.
+    ``subprocess`` forks and execs in C (safe in a process with threads)
+    and, unlike ``os.posix_spawn``, can change directory."""
+    import subprocess  # only when a daemon starts
+
     rd, wr = os.pipe()
     try:
-        argv = [
-            sys.executable,
-            "-m",
-            "multiserver",
-            "--socket",
-            str(paths.socket),
-            "--ready-fd",
-            str(wr),
-            "--lock-fd",
-            str(lock_fd),
-            "--state-dir",
-            str(paths.state_dir),
-            *config_args(config),
-        ]
-        os.set_inheritable(wr, True)
-        os.set_inheritable(lock_fd, True)
-        try:
-            pid = os.posix_spawn(
-                sys.executable,
-                argv,
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0),
-                    (os.POSIX_SPAWN_DUP2, 0, 1),
-                    (os.POSIX_SPAWN_DUP2, 0, 2),
-                ],
-                setsid=True,
-            )
-        finally:
-            os.set_inheritable(lock_fd, False)
+        proc = subprocess.Popen(
+            daemon_argv(paths, wr, lock_fd, config),
+            executable=sys.executable,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(wr, lock_fd),
+            cwd="/",
+            start_new_session=True,
+        )
     except BaseException:
         os.close(rd)
         raise
     finally:
         os.close(wr)
-    return pid, rd
+    return proc, rd
 
 
-def ready_pid(line: str, pid: int, paths: DaemonPaths) -> int:
+def ready_pid(line: str, leader: subprocess.Popen[bytes], paths: DaemonPaths) -> int:
     """The daemon's pid from its ready line. The session leader it was
     spawned as has exited by then (or died): reap exactly it. Raises
     DaemonAlreadyRunning if it found a live daemon on the socket path (its
     lock file was deleted) and did not start, MultiserverError with the
     daemon's own one-line reason if it failed."""
-    os.waitpid(pid, 0)
+    leader.wait()
     if line.startswith("R"):
         return int(line[1:])
     if line.startswith("L"):
@@ -186,12 +203,12 @@ def connect_or_start_blocking(
             continue
         try:
             if remove_stale_socket(paths.socket) != "live":
-                pid, rd = spawn_daemon(paths, lock_fd, config or config_from_env())
+                leader, rd = spawn_daemon(paths, lock_fd, config or config_from_env())
                 try:
                     line = read_line(rd, deadline)
                 finally:
                     os.close(rd)
-                ready_pid(line, pid, paths)
+                ready_pid(line, leader, paths)
         except DaemonAlreadyRunning:
             pass  # it answers on the socket: connect to it
         finally:

@@ -91,12 +91,12 @@ async def start_daemon(paths: DaemonPaths, lock_fd: int, config: DaemonConfig) -
 
     Cancellation: the daemon may still come up; it exits by itself when idle.
     """
-    pid, rd = spawn_daemon(paths, lock_fd, config)
+    leader, rd = spawn_daemon(paths, lock_fd, config)
     try:
         line = await _read_line(rd)
     finally:
         os.close(rd)
-    return ready_pid(line, pid, paths)
+    return ready_pid(line, leader, paths)
 
 
 async def _read_line(fd: int) -> str:

@@ -170,6 +170,9 @@ def run_attached(
     if not is_terminal(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
     name = child.name
+    # Attached for as long as the person likes: never hold the directory
+    # the command was typed in (the session's program has its own cwd).
+    os.chdir("/")
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # What this terminal shows, handed back on release so that the next

@@ -241,8 +241,9 @@ def track_pane(name: str) -> None:
         return
     if os.fork() != 0:
         os._exit(0)
-    try:  # the grandchild: its own session, nothing on the terminal
+    try:  # the grandchild: its own session, nothing on the terminal, in /
         os.setsid()
+        os.chdir("/")
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)

@@ -255,7 +255,9 @@ def run_every(every: float, saver: Saver) -> int:
     aside by anyone meanwhile is never written into). Only one runs per
     user: a second one says so and exits 0. Problems (a daemon that does
     not answer, a store that cannot be written) are said when they change,
-    not at every pass."""
+    not at every pass. It runs in ``/``: it lives as long as the login,
+    and would keep the directory it was started from busy."""
+    os.chdir("/")
     lock_path = ensure_private_dir(runtime_dir()) / LOCK_NAME
     try:
         lock = try_lock(lock_path)

@@ -105,11 +105,12 @@ class ServiceSpec:
 
 def launcher(executable: str = sys.executable) -> tuple[str, ...]:
     """How a service runs ``multiserver``: the script beside this
-    interpreter (a venv, pipx), else the interpreter with ``-m``."""
+    interpreter (a venv, pipx), else the interpreter with ``-P -m`` (no
+    directory of the caller's first on ``sys.path``)."""
     script = Path(executable).with_name("multiserver")
     if script.is_file() and os.access(script, os.X_OK):
         return (str(script),)
-    return (executable, "-m", "multiserver_cli")
+    return (executable, "-P", "-m", "multiserver_cli")
 
 
 def settings_from(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -161,6 +162,7 @@ def systemd_daemon_unit(spec: ServiceSpec) -> str:
         "Type=notify",
         "NotifyAccess=main",
         "ExecStart=" + " ".join(map(systemd_word, spec.daemon_argv())),
+        "WorkingDirectory=/",
         *_environment_lines(spec.environment()),
         # The sessions are the daemon's children, in this unit's cgroup:
         # stopping the unit signals the daemon, never them.
@@ -185,6 +187,8 @@ def systemd_restore_unit(spec: ServiceSpec) -> str:
         "[Service]",
         "Type=oneshot",
         "ExecStart=" + " ".join(map(systemd_word, spec.restore_argv())),
+        # A login shell reads the profile where a login would: at home.
+        "WorkingDirectory=~",
         *_environment_lines(spec.environment()),
         f"TimeoutStartSec={RESTORE_START_LIMIT}",
         "",
@@ -205,6 +209,7 @@ def systemd_save_unit(spec: ServiceSpec) -> str:
         "[Service]",
         "Type=simple",
         "ExecStart=" + " ".join(map(systemd_word, spec.save_argv())),
+        "WorkingDirectory=/",
         *_environment_lines(spec.environment()),
         f"TimeoutStopSec={SAVE_STOP_LIMIT}",
         "Restart=on-failure",
@@ -226,6 +231,7 @@ def launchd_daemon_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
     agent: dict[str, Any] = {
         "Label": DAEMON_AGENT,
         "ProgramArguments": spec.daemon_argv(),
+        "WorkingDirectory": "/",
         "EnvironmentVariables": spec.environment(),
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},
@@ -254,6 +260,7 @@ def launchd_save_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
     return {
         "Label": SAVE_AGENT,
         "ProgramArguments": spec.save_argv(),
+        "WorkingDirectory": "/",
         "EnvironmentVariables": spec.environment(),
         "RunAtLoad": True,
         "KeepAlive": {"SuccessfulExit": False},

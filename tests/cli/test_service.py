@@ -240,13 +240,13 @@ def test_profile_lines_restore_in_interactive_shells_only(tmp_path: Path) -> Non
 
 
 def test_the_launcher_runs_this_multiserver(tmp_path: Path) -> None:
-    """The script beside the interpreter, else ``python -m multiserver_cli``,
-    which runs the same command."""
+    """The script beside the interpreter, else ``python -P -m
+    multiserver_cli``, which runs the same command."""
     assert launcher(sys.executable) == (MULTISERVER,)
     bare = str(tmp_path / "python3")
-    assert launcher(bare) == (bare, "-m", "multiserver_cli")
+    assert launcher(bare) == (bare, "-P", "-m", "multiserver_cli")
     done = subprocess.run(
-        [sys.executable, "-m", "multiserver_cli", "service", "--help"],
+        [sys.executable, "-P", "-m", "multiserver_cli", "service", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
