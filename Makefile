@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-deps check lint types bench soak clean venv
+.PHONY: run test test-deps check lint types faces bench soak clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ types: $(STAMP)
 	$(BIN)/mypy
 
 check: lint types test
+
+# The stubs type checkers read for the lazy package faces, from their tables.
+faces: $(STAMP)
+	$(BIN)/python -c 'from multiserver._lazy import write_stubs; write_stubs(["multiserver", "restore"])'
+
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

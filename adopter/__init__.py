@@ -13,37 +13,30 @@
 See docs/adopter.md.
 """
 
-from adopter._adopt import MemorySink, OrphanSink, StoreSink, host_orphan_leaf, orphan_leaf
-from adopter._late_host import LateHost, late_host
-from adopter._policy import (
-    ORPHAN_NOTICE,
-    ORPHAN_WINDOW,
-    classify,
-    host_orphan,
-    orphan_name,
-    orphans,
-    referenced,
+from adopter._adopt import (
+    MemorySink as MemorySink,
+    OrphanSink as OrphanSink,
+    StoreSink as StoreSink,
+    host_orphan_leaf as host_orphan_leaf,
+    orphan_leaf as orphan_leaf,
 )
-from adopter._sweep import SWEEP_BOUND, SweepReport, SweepRow, adopt_late, sweep
-
-__all__ = [
-    "ORPHAN_NOTICE",
-    "ORPHAN_WINDOW",
-    "SWEEP_BOUND",
-    "LateHost",
-    "MemorySink",
-    "OrphanSink",
-    "StoreSink",
-    "SweepReport",
-    "SweepRow",
-    "adopt_late",
-    "classify",
-    "host_orphan",
-    "host_orphan_leaf",
-    "late_host",
-    "orphan_leaf",
-    "orphan_name",
-    "orphans",
-    "referenced",
-    "sweep",
-]
+from adopter._late_host import (
+    LateHost as LateHost,
+    late_host as late_host,
+)
+from adopter._policy import (
+    ORPHAN_NOTICE as ORPHAN_NOTICE,
+    ORPHAN_WINDOW as ORPHAN_WINDOW,
+    classify as classify,
+    host_orphan as host_orphan,
+    orphan_name as orphan_name,
+    orphans as orphans,
+    referenced as referenced,
+)
+from adopter._sweep import (
+    SWEEP_BOUND as SWEEP_BOUND,
+    SweepReport as SweepReport,
+    SweepRow as SweepRow,
+    adopt_late as adopt_late,
+    sweep as sweep,
+)

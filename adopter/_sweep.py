@@ -16,8 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping, Set as AbstractSet
 from pathlib import Path
 
 import attrs
@@ -30,24 +29,21 @@ from multiserver import (
     ClaimResult,
     Client,
     DaemonNotRunning,
+    LockBusy,
     MultiserverError,
     UnsafeDirectory,
-    describe_exit,
-    dial,
-    remove_stale_socket,
-    unlink_if_same,
-)
-from multiserver._paths import (
-    LockBusy,
     check_private_dir,
     check_socket,
+    describe_exit,
+    dial,
     find_sockets,
     lock_is_held,
+    remove_stale_socket,
     socket_dirs,
     try_lock,
+    unlink_if_same,
 )
-from restore import SessionLeaf
-from restore._partial import DaemonAttachment
+from restore import DaemonAttachment, SessionLeaf
 
 # How long one daemon may take to answer before the sweep calls it unresponsive.
 SWEEP_BOUND = 2.0

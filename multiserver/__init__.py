@@ -15,138 +15,67 @@ Public API (everything else is private and may change)::
         print(client.list())
 """
 
-from typing import TYPE_CHECKING
-
 from multiserver._lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from multiserver._client import Client, dial, handshake, open_client
-    from multiserver._config import DaemonConfig
-    from multiserver._env import DEFAULT_STRIP_ENV, launch_env, strip_env
-    from multiserver._errors import (
-        ChildFailed,
-        ConnectionClosed,
-        DaemonNotRunning,
-        DaemonTooOld,
-        MultiserverError,
-        PeerProtocolError,
-        RequestFailed,
-        UnsafeDirectory,
-        VersionRefused,
-    )
-    from multiserver._messages import (
-        PROTOCOL_VERSION,
-        ChildExited,
-        ChildInfo,
-        ChildTaken,
-        describe_exit,
-        exit_status,
-    )
-    from multiserver._origin import DaemonOrigin, read_origin
-    from multiserver._osstr import escaped
-    from multiserver._paths import DaemonPaths, fallback_dir, runtime_dir, state_dir
-    from multiserver._platform import set_winsize
-    from multiserver._results import ClaimResult, LaunchResult, PeekResult
-    from multiserver._spawn import TimedOut
-    from multiserver._stale import SocketFound, remove_stale_socket, unlink_if_same
-    from multiserver._start import connect, connect_or_start
-    from multiserver._sync import SyncClient, dial_blocking
-
-# Each public name is imported from its module on first use: the daemon
-# (``python -m multiserver``) runs this file too, and must not load the
-# client library it never uses (memory, for a process that lives for days);
-# a command that needs only the paths loads only them.
-_HOMES: dict[str, str] = {
-    "ChildExited": "multiserver._messages",
-    "ChildFailed": "multiserver._errors",
-    "ChildInfo": "multiserver._messages",
-    "ChildTaken": "multiserver._messages",
-    "ClaimResult": "multiserver._results",
-    "Client": "multiserver._client",
-    "ConnectionClosed": "multiserver._errors",
-    "DEFAULT_STRIP_ENV": "multiserver._env",
-    "DaemonConfig": "multiserver._config",
-    "DaemonNotRunning": "multiserver._errors",
-    "DaemonOrigin": "multiserver._origin",
-    "DaemonTooOld": "multiserver._errors",
-    "DaemonPaths": "multiserver._paths",
-    "LaunchResult": "multiserver._results",
-    "MultiserverError": "multiserver._errors",
-    "PROTOCOL_VERSION": "multiserver._messages",
-    "PeekResult": "multiserver._results",
-    "PeerProtocolError": "multiserver._errors",
-    "RequestFailed": "multiserver._errors",
-    "SocketFound": "multiserver._stale",
-    "SyncClient": "multiserver._sync",
-    "TimedOut": "multiserver._spawn",
-    "UnsafeDirectory": "multiserver._errors",
-    "VersionRefused": "multiserver._errors",
-    "connect": "multiserver._start",
-    "connect_or_start": "multiserver._start",
-    "describe_exit": "multiserver._messages",
-    "dial": "multiserver._client",
-    "dial_blocking": "multiserver._sync",
-    "exit_status": "multiserver._messages",
-    "escaped": "multiserver._osstr",
-    "fallback_dir": "multiserver._paths",
-    "handshake": "multiserver._client",
-    "launch_env": "multiserver._env",
-    "open_client": "multiserver._client",
-    "read_origin": "multiserver._origin",
-    "remove_stale_socket": "multiserver._stale",
-    "runtime_dir": "multiserver._paths",
-    "set_winsize": "multiserver._platform",
-    "state_dir": "multiserver._paths",
-    "strip_env": "multiserver._env",
-    "unlink_if_same": "multiserver._stale",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "DEFAULT_STRIP_ENV",
-    "PROTOCOL_VERSION",
-    "ChildExited",
-    "ChildFailed",
-    "ChildInfo",
-    "ChildTaken",
-    "ClaimResult",
-    "Client",
-    "ConnectionClosed",
-    "DaemonConfig",
-    "DaemonNotRunning",
-    "DaemonOrigin",
-    "DaemonPaths",
-    "DaemonTooOld",
-    "LaunchResult",
-    "MultiserverError",
-    "PeekResult",
-    "PeerProtocolError",
-    "RequestFailed",
-    "SocketFound",
-    "SyncClient",
-    "TimedOut",
-    "UnsafeDirectory",
-    "VersionRefused",
-    "connect",
-    "connect_or_start",
-    "describe_exit",
-    "dial",
-    "dial_blocking",
-    "escaped",
-    "exit_status",
-    "fallback_dir",
-    "handshake",
-    "launch_env",
-    "open_client",
-    "read_origin",
-    "remove_stale_socket",
-    "runtime_dir",
-    "set_winsize",
-    "state_dir",
-    "strip_env",
-    "unlink_if_same",
-]
+# The public names, by the module that defines them. Each is imported on
+# first use: the daemon (``python -m multiserver``) runs this file too, and
+# must not load the client library it never uses (memory, for a process
+# that lives for days); a command that needs only the paths loads only
+# them. Type checkers read __init__.pyi, generated from this table.
+EXPORTS = {
+    "multiserver._buffer": ("OutputBuffer", "safe_start"),
+    "multiserver._client": ("Client", "dial", "handshake", "open_client"),
+    "multiserver._codec": ("close_fds",),
+    "multiserver._config": ("DaemonConfig", "config_from_env"),
+    "multiserver._daemon_main": ("run_foreground",),
+    "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
+    "multiserver._errors": (
+        "ChildFailed",
+        "ConnectionClosed",
+        "DaemonNotRunning",
+        "DaemonTooOld",
+        "MultiserverError",
+        "PeerProtocolError",
+        "RequestFailed",
+        "UnsafeDirectory",
+        "VersionRefused",
+    ),
+    "multiserver._lazy": ("lazy_exports",),
+    "multiserver._messages": (
+        "MIN_PROTOCOL_VERSION",
+        "NAME_RE",
+        "PROTOCOL_VERSION",
+        "ChildExited",
+        "ChildInfo",
+        "ChildTaken",
+        "describe_exit",
+        "exit_status",
+    ),
+    "multiserver._origin": ("DaemonOrigin", "read_origin"),
+    "multiserver._osstr": ("escaped",),
+    "multiserver._paths": (
+        "SOCKET_RE",
+        "DaemonPaths",
+        "LockBusy",
+        "check_private_dir",
+        "check_socket",
+        "default_daemon_number",
+        "ensure_private_dir",
+        "fallback_dir",
+        "find_sockets",
+        "lock_is_held",
+        "runtime_dir",
+        "socket_dirs",
+        "state_dir",
+        "try_lock",
+    ),
+    "multiserver._platform": ("set_winsize",),
+    "multiserver._results": ("ClaimResult", "LaunchResult", "PeekResult"),
+    "multiserver._spawn": ("TimedOut",),
+    "multiserver._stale": ("SocketFound", "remove_stale_socket", "unlink_if_same"),
+    "multiserver._start": ("connect", "connect_or_start"),
+    "multiserver._sync": ("SyncClient", "dial_blocking"),
+}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS, globals())

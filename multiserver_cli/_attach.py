@@ -26,11 +26,11 @@ from multiserver import (
     ChildInfo,
     ChildTaken,
     ConnectionClosed,
+    OutputBuffer,
     SyncClient,
     describe_exit,
     exit_status,
 )
-from multiserver._buffer import OutputBuffer
 from multiserver_cli import _proxy, _shown
 from multiserver_cli._daemon_gone import DaemonGone
 from multiserver_cli._errors import CliError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from multiserver._errors import MultiserverError
+from multiserver import MultiserverError
 
 
 class CliError(MultiserverError):

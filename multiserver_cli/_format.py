@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from multiserver import ChildInfo, describe_exit, escaped
-from multiserver._paths import SOCKET_RE
+from multiserver import SOCKET_RE, ChildInfo, describe_exit, escaped
 
 if TYPE_CHECKING:
     from restore import SessionLeaf

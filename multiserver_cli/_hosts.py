@@ -22,7 +22,7 @@ from pathlib import Path
 
 import attrs
 
-from multiserver._paths import ensure_private_dir
+from multiserver import ensure_private_dir
 from multiserver_cli._errors import CliError
 
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -23,25 +23,29 @@ from pathlib import Path
 
 import attrs
 
-from multiserver._messages import NAME_RE
+from multiserver import NAME_RE
 from multiserver_cli import _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import plural
-from restore._kitty import Kitty
-from restore._layout import (
+from restore import (
+    Arrangement,
+    ArrangementStore,
+    Kitty,
     Op,
     OpenTab,
+    ReadPane,
+    ReadTab,
     SeenTab,
+    SessionLeaf,
     SplitPane,
+    StoreError,
+    TerminalError,
+    Tmux,
     merge_layout,
     open_plan,
     tab_size,
     without_sessions,
 )
-from restore._model import Arrangement, SessionLeaf
-from restore._store import ArrangementStore, StoreError
-from restore._terminals import ReadPane, ReadTab, TerminalError
-from restore._tmux import Tmux
 
 TERMINALS = ("kitty", "tmux")
 OPENERS = (*TERMINALS, "print")

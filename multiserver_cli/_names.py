@@ -48,8 +48,7 @@ from pathlib import Path
 
 import attrs
 
-from multiserver import ChildInfo, describe_exit
-from multiserver._messages import NAME_RE
+from multiserver import NAME_RE, ChildInfo, describe_exit
 from multiserver_cli._format import daemon_label
 from restore import SessionLeaf
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from multiserver._buffer import OutputBuffer
+from multiserver import OutputBuffer
 from multiserver_cli._relay import is_terminal, real_tty
 from multiserver_cli._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
 

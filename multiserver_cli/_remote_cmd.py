@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from multiserver._messages import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import print_json, table
 from multiserver_cli._hosts import (
@@ -345,7 +345,7 @@ def _bring_back(host: Host, name: str) -> None:
     in its saved cwd, its marker waiting for this attach."""
     from multiserver_cli._remote_restore import ask_host, remote_leaf, start_there
     from multiserver_cli._state import open_store, warn
-    from restore._plan import relaunch_notice
+    from restore import relaunch_notice
 
     with open_store() as store:
         leaf = None if store is None else store.load().find(f"{host.name}:{name}")

@@ -31,8 +31,18 @@ from multiserver_cli._errors import CliError
 from multiserver_cli._hosts import Host, load_hosts, save_hosts
 from multiserver_cli._remote import listed_child
 from multiserver_cli._ssh import AUTH_WORDS, remote_json, run_remote
-from restore import ArrangementStore, HostChild, RestorationRef, SessionLeaf, StoreError
-from restore._plan import Decision, HostAnswer, Options, decide_remote, relaunch_notice
+from restore import (
+    ArrangementStore,
+    Decision,
+    HostAnswer,
+    HostChild,
+    Options,
+    RestorationRef,
+    SessionLeaf,
+    StoreError,
+    decide_remote,
+    relaunch_notice,
+)
 
 if TYPE_CHECKING:
     from adopter import SweepRow

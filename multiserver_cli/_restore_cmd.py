@@ -15,17 +15,19 @@ from typing import Any
 import trio
 
 from adopter import SWEEP_BOUND, StoreSink, SweepRow, adopt_late, sweep
-from multiserver import launch_env
-from multiserver._paths import LockBusy, ensure_private_dir, state_dir, try_lock
+from multiserver import LockBusy, ensure_private_dir, launch_env, state_dir, try_lock
 from multiserver_cli import _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import plural, print_json, table
 from multiserver_cli._sessions import scan
-from restore._build import RestoredSession
-from restore._partial import DaemonAttachment
-from restore._plan import Options
-from restore._restore import release_claims, restore_arrangement
-from restore._store import ArrangementStore
+from restore import (
+    ArrangementStore,
+    DaemonAttachment,
+    Options,
+    RestoredSession,
+    release_claims,
+    restore_arrangement,
+)
 
 
 def _row(s: RestoredSession) -> dict[str, object]:

@@ -41,11 +41,14 @@ import attrs
 from multiserver import (
     ChildInfo,
     DaemonPaths,
+    LockBusy,
     MultiserverError,
     SyncClient,
+    ensure_private_dir,
     escaped,
+    runtime_dir,
+    try_lock,
 )
-from multiserver._paths import LockBusy, ensure_private_dir, runtime_dir, try_lock
 from multiserver_cli._sessions import ask_daemon, at_once
 from restore import (
     SCROLLBACK_LIMIT,
@@ -54,8 +57,8 @@ from restore import (
     SavedOutput,
     SessionLeaf,
     StoreError,
+    ref_key,
 )
-from restore._model import ref_key
 
 # The shortest period between two passes: at most one store write a second
 # for each session.

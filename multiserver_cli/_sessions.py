@@ -28,8 +28,8 @@ from multiserver import (
     TimedOut,
     UnsafeDirectory,
     dial_blocking,
+    find_sockets,
 )
-from multiserver._paths import find_sockets
 from multiserver_cli._errors import CliError
 from multiserver_cli._names import (
     DaemonView,

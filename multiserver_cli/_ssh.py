@@ -23,7 +23,7 @@ from pathlib import Path
 
 import attrs
 
-from multiserver._paths import ensure_private_dir, runtime_dir
+from multiserver import ensure_private_dir, runtime_dir
 from multiserver_cli._errors import CliError
 from multiserver_cli._hosts import Host
 

@@ -14,9 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-from multiserver._errors import MultiserverError
-from multiserver._osstr import escaped
-from multiserver._paths import LockBusy, default_daemon_number
+from multiserver import LockBusy, MultiserverError, default_daemon_number, escaped
 from multiserver_cli._errors import CliError
 from multiserver_cli._keys import parse_key
 
@@ -483,9 +481,7 @@ def _say_error(exc: Exception) -> None:
 
 
 def _foreground(args: argparse.Namespace) -> int:
-    from multiserver._config import config_from_env
-    from multiserver._daemon_main import run_foreground
-    from multiserver._paths import DaemonPaths
+    from multiserver import DaemonPaths, config_from_env, run_foreground
 
     paths = DaemonPaths.for_number(args.daemon)
     try:

@@ -27,10 +27,10 @@ from multiserver import (
     DaemonPaths,
     MultiserverError,
     RequestFailed,
+    default_daemon_number,
     describe_exit,
     dial,
 )
-from multiserver._paths import default_daemon_number
 from restore._held import Hold, Key, live_holds
 from restore._model import Arrangement, PendingLaunch, RestorationRef, SavedOutput, SessionLeaf
 from restore._partial import DaemonAttachment, PhaseResult

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from multiserver._errors import MultiserverError
+from multiserver import MultiserverError
 
 # Primary SQLite result codes that mean "this file is not what we wrote": a
 # generic SQL error on our fixed statements (no such table or column), a

@@ -25,8 +25,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from multiserver._buffer import safe_start
-from multiserver._messages import NAME_RE
+from multiserver import NAME_RE, safe_start
 
 SCROLLBACK_LIMIT = 256 * 1024
 

@@ -23,8 +23,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from multiserver import ClaimResult, Client, DaemonNotRunning, MultiserverError, dial
-from multiserver._codec import close_fds
+from multiserver import ClaimResult, Client, DaemonNotRunning, MultiserverError, close_fds, dial
 from restore._plan import DaemonTarget, Gone, Plan, match_children
 
 

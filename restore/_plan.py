@@ -28,8 +28,7 @@ Outcomes (one per leaf, never none):
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterable
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Set as AbstractSet
 from typing import Literal
 
 import attrs

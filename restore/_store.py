@@ -53,7 +53,7 @@ from typing import TypeVar
 
 import attrs
 
-from multiserver._paths import ensure_private_dir, state_dir
+from multiserver import ensure_private_dir, state_dir
 from restore._errors import StoreCorrupt, StoreError, StoreTooNew, _translated
 from restore._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
 from restore._salvage import salvage

@@ -37,13 +37,15 @@ import trio
 from multiserver import ChildExited, Client, DaemonPaths, open_client
 
 # The /proc probes, re-exported for the tests that import them from here.
-from tests.procs import child_pids as child_pids
-from tests.procs import cmdlines as cmdlines
-from tests.procs import is_alive as is_alive
-from tests.procs import is_dead as is_dead
-from tests.procs import parent_pid as parent_pid
-from tests.procs import proc_state as proc_state
-from tests.procs import zombies as zombies
+from tests.procs import (
+    child_pids as child_pids,
+    cmdlines as cmdlines,
+    is_alive as is_alive,
+    is_dead as is_dead,
+    parent_pid as parent_pid,
+    proc_state as proc_state,
+    zombies as zombies,
+)
 
 # Bounds, not delays: each is how long a condition may take before the test
 # fails. Generous, because the suite runs on 2 busy cores.

@@ -30,36 +30,26 @@ harness created is closed when ``serve`` returns (or by ``close()`` for a
 daemon that never served). See docs/testing.md for what is not simulated.
 """
 
+# The messages a client sends, re-exported to key a Behavior's rules.
 from multiserver._messages import (
-    Claim,
-    Collect,
-    Hello,
-    Launch,
-    ListChildren,
-    Peek,
-    Release,
-    Resize,
-    Shutdown,
-    Signal,
+    Claim as Claim,
+    Collect as Collect,
+    Hello as Hello,
+    Launch as Launch,
+    ListChildren as ListChildren,
+    Peek as Peek,
+    Release as Release,
+    Resize as Resize,
+    Shutdown as Shutdown,
+    Signal as Signal,
 )
-from multiserver.testing._behavior import Behavior, Rule
-from multiserver.testing._children import SimChild
-from multiserver.testing._daemon import SimDaemon
-
-__all__ = [
-    # The messages a client sends, re-exported to key a Behavior's rules.
-    "Behavior",
-    "Claim",
-    "Collect",
-    "Hello",
-    "Launch",
-    "ListChildren",
-    "Peek",
-    "Release",
-    "Resize",
-    "Rule",
-    "Shutdown",
-    "Signal",
-    "SimChild",
-    "SimDaemon",
-]
+from multiserver.testing._behavior import (
+    Behavior as Behavior,
+    Rule as Rule,
+)
+from multiserver.testing._children import (
+    SimChild as SimChild,
+)
+from multiserver.testing._daemon import (
+    SimDaemon as SimDaemon,
+)

@@ -12,8 +12,7 @@ import subprocess
 import threading
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from multiserver_cli._relay_codec import (
     Decoder,

@@ -7,8 +7,7 @@ import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from multiserver._buffer import ESC, OutputBuffer, escape_end, safe_start
 

@@ -12,8 +12,7 @@ import typing
 from typing import Any, Literal
 
 import attrs
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from multiserver._codec import (
     HEADER,

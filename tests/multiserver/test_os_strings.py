@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from multiserver import DaemonTooOld, RequestFailed, _core, open_client
 from multiserver._codec import (

@@ -10,7 +10,9 @@ import multiserver
 
 
 def test_every_public_name_resolves_from_its_home() -> None:
-    assert sorted(multiserver.__all__) == sorted(multiserver._HOMES)
+    assert sorted(multiserver.__all__) == sorted(
+        n for ns in multiserver.EXPORTS.values() for n in ns
+    )
     for name in multiserver.__all__:
         assert getattr(multiserver, name) is not None
     assert "open_client" in dir(multiserver)

@@ -48,8 +48,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from hypothesis import HealthCheck, note, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, note, settings, strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,

@@ -6,8 +6,7 @@ import random
 
 import attrs
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from restore import (
     SCROLLBACK_LIMIT,

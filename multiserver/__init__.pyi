@@ -1,0 +1,101 @@
+# The face of multiserver for type checkers, generated from EXPORTS in
+# __init__.py by `make faces` (tests/test_faces.py fails when it is stale).
+
+from multiserver._buffer import (
+    OutputBuffer as OutputBuffer,
+    safe_start as safe_start,
+)
+from multiserver._client import (
+    Client as Client,
+    dial as dial,
+    handshake as handshake,
+    open_client as open_client,
+)
+from multiserver._codec import (
+    close_fds as close_fds,
+)
+from multiserver._config import (
+    DaemonConfig as DaemonConfig,
+    config_from_env as config_from_env,
+)
+from multiserver._daemon_main import (
+    run_foreground as run_foreground,
+)
+from multiserver._env import (
+    DEFAULT_STRIP_ENV as DEFAULT_STRIP_ENV,
+    launch_env as launch_env,
+    strip_env as strip_env,
+)
+from multiserver._errors import (
+    ChildFailed as ChildFailed,
+    ConnectionClosed as ConnectionClosed,
+    DaemonNotRunning as DaemonNotRunning,
+    DaemonTooOld as DaemonTooOld,
+    MultiserverError as MultiserverError,
+    PeerProtocolError as PeerProtocolError,
+    RequestFailed as RequestFailed,
+    UnsafeDirectory as UnsafeDirectory,
+    VersionRefused as VersionRefused,
+)
+from multiserver._lazy import (
+    lazy_exports as lazy_exports,
+)
+from multiserver._messages import (
+    MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
+    NAME_RE as NAME_RE,
+    PROTOCOL_VERSION as PROTOCOL_VERSION,
+    ChildExited as ChildExited,
+    ChildInfo as ChildInfo,
+    ChildTaken as ChildTaken,
+    describe_exit as describe_exit,
+    exit_status as exit_status,
+)
+from multiserver._origin import (
+    DaemonOrigin as DaemonOrigin,
+    read_origin as read_origin,
+)
+from multiserver._osstr import (
+    escaped as escaped,
+)
+from multiserver._paths import (
+    SOCKET_RE as SOCKET_RE,
+    DaemonPaths as DaemonPaths,
+    LockBusy as LockBusy,
+    check_private_dir as check_private_dir,
+    check_socket as check_socket,
+    default_daemon_number as default_daemon_number,
+    ensure_private_dir as ensure_private_dir,
+    fallback_dir as fallback_dir,
+    find_sockets as find_sockets,
+    lock_is_held as lock_is_held,
+    runtime_dir as runtime_dir,
+    socket_dirs as socket_dirs,
+    state_dir as state_dir,
+    try_lock as try_lock,
+)
+from multiserver._platform import (
+    set_winsize as set_winsize,
+)
+from multiserver._results import (
+    ClaimResult as ClaimResult,
+    LaunchResult as LaunchResult,
+    PeekResult as PeekResult,
+)
+from multiserver._spawn import (
+    TimedOut as TimedOut,
+)
+from multiserver._stale import (
+    SocketFound as SocketFound,
+    remove_stale_socket as remove_stale_socket,
+    unlink_if_same as unlink_if_same,
+)
+from multiserver._start import (
+    connect as connect,
+    connect_or_start as connect_or_start,
+)
+from multiserver._sync import (
+    SyncClient as SyncClient,
+    dial_blocking as dial_blocking,
+)
+
+__version__: str

@@ -1,0 +1,247 @@
+"""Static facts about the shipped packages that keep the house readable
+(docs/architecture.md): they are read from the source with ``ast``,
+nothing is imported.
+
+- no import circle between files (an import under ``TYPE_CHECKING``, in a
+  function, or in a package face's ``__init__.pyi`` counts: a reader
+  follows it too);
+- no import of another package's private module (a path part starting
+  with ``_``): packages meet at their faces;
+- no function over ``FUNCTION_LIMIT`` lines of code (blank lines, comments
+  and docstrings aside);
+- no module of the command-line package over ``CLI_MODULE_LIMIT`` lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("multiserver", "restore", "adopter", "multiserver_cli")
+FUNCTION_LIMIT = 80
+CLI_MODULE_LIMIT = 450
+
+
+@attrs.frozen
+class Module:
+    name: str  # dotted: restore.store._model
+    path: Path  # the .py (or a face's .pyi)
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        return self.name.split(".")[0]
+
+    def tree(self) -> ast.Module:
+        return ast.parse(self.path.read_text(), str(self.path))
+
+
+def shipped_modules() -> dict[str, Module]:
+    """Every module of the shipped packages, by dotted name; a package's
+    face counts its ``__init__.pyi`` too, as another file of the same
+    module (``faces``)."""
+    found: dict[str, Module] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            found[".".join(parts)] = Module(".".join(parts), path, is_package)
+    return found
+
+
+def faces(modules: dict[str, Module]) -> dict[str, Path]:
+    """The stubs beside package faces, by the package's dotted name."""
+    return {
+        name: m.path.with_suffix(".pyi")
+        for name, m in modules.items()
+        if m.is_package and m.path.with_suffix(".pyi").exists()
+    }
+
+
+def imports(module: Module, tree: ast.Module, modules: dict[str, Module]) -> Iterator[str]:
+    """The dotted names of the shipped modules ``tree`` (of ``module``)
+    imports: ``from P import name`` names the submodule P.name where there
+    is one, else P."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield from _known(alias.name, modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, node)
+            if base is None:
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in modules:
+                    yield sub
+                else:
+                    yield from _known(base, modules)
+
+
+def _absolute(module: Module, node: ast.ImportFrom) -> str | None:
+    if node.level == 0:
+        return node.module
+    parts = module.name.split(".")
+    if not module.is_package:
+        parts.pop()
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join([*parts, *([node.module] if node.module else [])])
+
+
+def _known(name: str, modules: dict[str, Module]) -> Iterator[str]:
+    """``name`` if it is ours (the longest of its prefixes that is)."""
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in modules:
+            yield ".".join(parts)
+            return
+        parts.pop()
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = shipped_modules()
+    stubs = faces(modules)
+    graph: dict[str, set[str]] = {}
+    for name, module in modules.items():
+        targets = set(imports(module, module.tree(), modules))
+        if name in stubs:
+            stub = ast.parse(stubs[name].read_text(), str(stubs[name]))
+            targets |= set(imports(module, stub, modules))
+        # A submodule's import of its own package is of the package face:
+        # Python runs the face first anyway, so it is no arrow of its own.
+        graph[name] = {t for t in targets if t != name and not name.startswith(f"{t}.")}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one file (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def private_imports() -> list[str]:
+    """``importer -> imported`` for each import of another package's
+    private module."""
+    bad = []
+    for importer, targets in import_graph().items():
+        for target in sorted(targets):
+            top = target.split(".")[0]
+            if top != importer.split(".")[0] and any(p.startswith("_") for p in target.split(".")):
+                bad.append(f"{importer} -> {target}")
+    return bad
+
+
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, source: list[str]) -> int:
+    """Lines of code of a function: its lines less blank ones, comments and
+    its docstring."""
+    assert node.end_lineno is not None
+    skip: set[int] = set()
+    body = node.body
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
+        assert body[0].end_lineno is not None
+        skip = set(range(body[0].lineno, body[0].end_lineno + 1))
+    count = 0
+    for lineno in range(node.lineno, node.end_lineno + 1):
+        text = source[lineno - 1].strip()
+        if lineno in skip or not text or text.startswith("#"):
+            continue
+        count += 1
+    return count
+
+
+def long_functions() -> list[str]:
+    bad = []
+    for module in shipped_modules().values():
+        source = module.path.read_text().splitlines()
+        for node in ast.walk(module.tree()):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = code_lines(node, source)
+                if n > FUNCTION_LIMIT:
+                    bad.append(f"{module.path.relative_to(ROOT)}:{node.lineno} {node.name}: {n}")
+    return bad
+
+
+def long_cli_modules() -> list[str]:
+    bad = []
+    for module in shipped_modules().values():
+        if module.package == "multiserver_cli":
+            n = len(module.path.read_text().splitlines())
+            if n > CLI_MODULE_LIMIT:
+                bad.append(f"{module.path.relative_to(ROOT)}: {n} lines")
+    return bad
+
+
+def test_no_import_circle_between_files() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_no_import_of_another_packages_private_module() -> None:
+    assert private_imports() == []
+
+
+def test_no_function_over_the_limit() -> None:
+    assert long_functions() == []
+
+
+def test_no_command_line_module_over_the_limit() -> None:
+    assert long_cli_modules() == []
+
+
+def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
+    """Each check fails on a case made for it."""
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b": {"a.x"}}
+    assert circles(graph) == [["a.x", "a.y", "a.z"]]
+    source = "def f():\n    '''doc\n    more'''\n" + "    x = 1\n\n    # c\n" * 81
+    tree = ast.parse(source)
+    fn = tree.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    assert code_lines(fn, source.splitlines()) == 82
+    here = Module("restore._x", tmp_path / "x.py", False)
+    modules = {
+        "multiserver": Module("multiserver", tmp_path, True),
+        "multiserver._paths": Module("multiserver._paths", tmp_path, False),
+        "restore._x": here,
+    }
+    tree = ast.parse("from multiserver._paths import LockBusy\nfrom multiserver import DaemonPaths")
+    assert sorted(imports(here, tree, modules)) == ["multiserver", "multiserver._paths"]
