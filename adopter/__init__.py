@@ -3,11 +3,11 @@
 - ``sweep(sink)``: one idempotent pass over every daemon socket: stale
   sockets removed, unresponsive daemons reported, orphans adopted into the
   ``orphans`` window (``adopt=False``: only say what it would do).
-- ``adopt_late(attachment, sink)``: a restore's late arrival, adopted the same
-  way.
+- ``adopt_late(arrival, sink)``: a restore's late arrival (a daemon's
+  partial attach, or a host's answer), adopted the same way.
 - ``late_host(arrangement, host, answer, options)``: what a host that
-  answered restore after its timeout makes of its sessions (pure); its
-  orphans are recorded with ``sink.record_host``.
+  answered restore after its timeout makes of its sessions (pure);
+  ``adopt_late_host`` carries it out.
 - Sinks: ``StoreSink`` (the saved arrangement) or ``MemorySink``.
 
 See docs/adopter.md.
@@ -20,8 +20,12 @@ from adopter._adopt import (
     host_orphan_leaf as host_orphan_leaf,
     orphan_leaf as orphan_leaf,
 )
+from adopter._late import (
+    adopt_late as adopt_late,
+)
 from adopter._late_host import (
     LateHost as LateHost,
+    adopt_late_host as adopt_late_host,
     late_host as late_host,
 )
 from adopter._policy import (
@@ -37,6 +41,6 @@ from adopter._sweep import (
     SWEEP_BOUND as SWEEP_BOUND,
     SweepReport as SweepReport,
     SweepRow as SweepRow,
-    adopt_late as adopt_late,
+    adopt_late_daemon as adopt_late_daemon,
     sweep as sweep,
 )

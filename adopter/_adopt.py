@@ -43,6 +43,15 @@ class OrphanSink(Protocol):
         references it already (then None). Atomic."""
         ...
 
+    def record_host(self, host: str, found: HostChild) -> SessionLeaf | None:
+        """As ``record``, for a session of another host."""
+        ...
+
+    def update_session(self, leaf: SessionLeaf) -> None:
+        """Replace the saved session of ``leaf``'s name (a late host's
+        session started again there); KeyError if there is none."""
+        ...
+
 
 def orphan_leaf(
     arrangement: Arrangement, child: ChildInfo, socket: str, instance_id: str
@@ -103,8 +112,10 @@ class MemorySink:
         return self._add(lambda arr: orphan_leaf(arr, child, socket, instance_id))
 
     def record_host(self, host: str, found: HostChild) -> SessionLeaf | None:
-        """As ``record``, for a session of another host."""
         return self._add(lambda arr: host_orphan_leaf(arr, host, found))
+
+    def update_session(self, leaf: SessionLeaf) -> None:
+        self.current = self.current.replace_session(leaf)
 
     def _add(self, adoption: _Adoption) -> SessionLeaf | None:
         leaf = adoption(self.current)
@@ -126,8 +137,10 @@ class StoreSink:
         return self._add(lambda arr: orphan_leaf(arr, child, socket, instance_id))
 
     def record_host(self, host: str, found: HostChild) -> SessionLeaf | None:
-        """As ``record``, for a session of another host."""
         return self._add(lambda arr: host_orphan_leaf(arr, host, found))
+
+    def update_session(self, leaf: SessionLeaf) -> None:
+        self.store.update_session(leaf)
 
     def _add(self, adoption: _Adoption) -> SessionLeaf | None:
         """One transaction: the arrangement read again, the leaf added

@@ -8,7 +8,8 @@ ownership checks.
 Acting: stale sockets are unlinked with their lock while holding the lock;
 live daemons have their orphans claimed in one request and adopted (see
 ``_adopt``); exited orphans are reported with their exit code and collected.
-Late arrivals of a restore are adopted the same way (``adopt_late``).
+A restore's late partial attaches are adopted the same way
+(``adopt_late_daemon``; ``_late`` takes every late arrival).
 """
 
 from __future__ import annotations
@@ -301,7 +302,7 @@ async def sweep(
     return SweepReport(rows)
 
 
-async def adopt_late(
+async def adopt_late_daemon(
     att: DaemonAttachment, sink: OrphanSink, *, keep: bool = False
 ) -> list[SweepRow]:
     """Adopt a partial attach that arrived after restore's deadline: its

@@ -5,7 +5,7 @@ line's fast path never loads trio).
 
 A face writes each public name once, in one table (module -> names)::
 
-    EXPORTS = {"restore._store": ("ArrangementStore", "StoreError"), ...}
+    EXPORTS = {"restore.store._store": ("ArrangementStore", "StoreError"), ...}
     __getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS, globals())
 
 Type checkers cannot follow ``__getattr__``, so each face has an

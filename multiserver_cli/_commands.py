@@ -70,7 +70,7 @@ from restore import ArrangementStore, SessionLeaf, StoreError
 
 if TYPE_CHECKING:
     from multiserver_cli._attach import CloseExited
-    from multiserver_cli._remote import RemoteSession
+    from restore import RemoteSession
 
 
 def say(line: str, at_line_start: bool = False) -> None:
@@ -445,7 +445,7 @@ def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
     narrows ls to a local daemon)."""
     if args.daemon_given:
         return [], []
-    from multiserver_cli._hosts import load_hosts
+    from restore import load_hosts
 
     hosts = load_hosts()
     if not hosts:

@@ -1,7 +1,7 @@
 """A person's terminal layout: ``multiserver save --from kitty|tmux`` reads
 it into the saved arrangement, ``multiserver restore --open
-kitty|tmux|print`` opens it again (restore/_layout.py is the pure part,
-restore/_tmux.py and restore/_kitty.py the terminals).
+kitty|tmux|print`` opens it again (``restore/layout/``: the pure plan,
+the terminals, the capture).
 
 Which session a pane shows is told by the processes running in it: one of
 them is ``multiserver attach NAME`` (or ``multiserver new -n NAME``, or a
@@ -18,10 +18,8 @@ import shlex
 import shutil
 import sys
 from argparse import Namespace
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import attrs
 
 from multiserver import NAME_RE
 from multiserver_cli import _state
@@ -30,19 +28,16 @@ from multiserver_cli._format import plural
 from restore import (
     Arrangement,
     ArrangementStore,
+    Capture,
     Kitty,
     Op,
     OpenTab,
-    ReadPane,
-    ReadTab,
-    SeenTab,
-    SessionLeaf,
     SplitPane,
     StoreError,
     TerminalError,
     Tmux,
-    merge_layout,
     open_plan,
+    save_layout,
     tab_size,
     without_sessions,
 )
@@ -90,101 +85,12 @@ def attached_session(argv: Sequence[str]) -> str | None:
     return name if name is not None and NAME_RE.fullmatch(name) else None
 
 
-def _pane_session(pane: ReadPane) -> str | None:
-    for argv in pane.argvs:
-        name = attached_session(argv)
-        if name is not None:
-            return name
-    return None
-
-
-def _adopted_name(pane: ReadPane, taken: set[str]) -> str:
-    base = "".join(ch if ch.isalnum() or ch in "_.-" else "-" for ch in Path(pane.cwd).name)
-    base = base.strip("-.") or "pane"
-    name, n = base[:100], 2
-    while name in taken or not NAME_RE.fullmatch(name):
-        name, n = f"{base[:100]}-{n}", n + 1
-    taken.add(name)
-    return name
-
-
 def _terminal(args: Namespace, which: str) -> Kitty | Tmux:
     if which == "kitty":
         return Kitty.at(args.to or os.environ.get("KITTY_LISTEN_ON"))
     if args.to:
         return Tmux(("tmux", "-S", args.to))
     return Tmux()
-
-
-def seen_tabs(
-    tabs: list[ReadTab], known: Arrangement, adopt: bool, shown: Mapping[int, str] | None = None
-) -> tuple[list[SeenTab], list[str]]:
-    """What each pane of ``tabs`` shows, and a line for each pane that shows
-    no saved session (with ``adopt``: a new session is made of it).
-    ``shown``: panes known to show a session whatever runs in them."""
-    seen: list[SeenTab] = []
-    skipped: list[str] = []
-    taken = {leaf.name for leaf in known.leaves()}
-    for tab in tabs:
-        sessions: dict[int, str] = {}
-        adopted: dict[int, SessionLeaf] = {}
-        for pane in tab.panes.values():
-            name = (shown or {}).get(pane.pane) or _pane_session(pane)
-            where = f"{tab.window} / {tab.title or '-'} / pane {pane.pane}"
-            if name is not None and known.find(name) is not None:
-                sessions[pane.pane] = name
-                continue
-            what = " ".join(pane.argvs[-1]) if pane.argvs else "nothing"
-            if name is not None:
-                skipped.append(f"{where}: attached to {name}, which is not saved")
-            elif adopt:
-                # A new session in its cwd, running what `multiserver new`
-                # runs by default: the pane's own process is the terminal's
-                # (tmux's `sh -c CMD`, a login shell's `-zsh`).
-                from multiserver_cli._commands import user_shell
-
-                leaf = SessionLeaf(_adopted_name(pane, taken), user_shell(), pane.cwd or "/")
-                adopted[pane.pane] = leaf
-            else:
-                skipped.append(f"{where}: runs {what}, not a multiserver session")
-        sizes = {p.pane: (p.cols, p.rows) for p in tab.panes.values()}
-        seen.append(SeenTab(tab.window, tab.title, tab.layout, sessions, sizes, adopted))
-    return seen, skipped
-
-
-@attrs.frozen
-class Saved:
-    """What ``save_layout`` did."""
-
-    tabs: int
-    sessions: int
-    adopted: int
-    skipped: list[str]
-
-
-def save_layout(
-    terminal: Kitty | Tmux, store: ArrangementStore, adopt: bool, shown: Mapping[int, str]
-) -> Saved:
-    """Read ``terminal``'s layout and make it the saved arrangement's, in
-    one transaction. TerminalError, StoreError."""
-    tabs = terminal.read()
-    result: list[Saved] = []
-
-    def change(old: Arrangement) -> Arrangement:
-        seen, skipped = seen_tabs(tabs, old, adopt, shown)
-        result[:] = [
-            Saved(
-                len(tabs),
-                sum(len(t.sessions) for t in seen),
-                sum(len(t.adopted) for t in seen),
-                skipped,
-            )
-        ]
-        new = merge_layout(old, seen)
-        return old if new == old else new
-
-    store.modify(change)
-    return result[0]
 
 
 def cmd_save_from(args: Namespace) -> int:
@@ -194,8 +100,11 @@ def cmd_save_from(args: Namespace) -> int:
     with _state.open_store() as store:
         if store is None:
             return 1
+        from multiserver_cli._commands import user_shell
+
         try:
-            saved = save_layout(terminal, store, args.adopt_panes, {})
+            how = Capture(attached_session, args.adopt_panes, tuple(user_shell()))
+            saved = save_layout(terminal, store, how)
         except TerminalError as exc:
             raise CliError(str(exc)) from exc
         except StoreError as exc:
@@ -252,7 +161,7 @@ def track_pane(name: str) -> None:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         with ArrangementStore.open() as store:
-            save_layout(terminal, store, False, {pane: name})
+            save_layout(terminal, store, Capture(attached_session, shown={pane: name}))
     except BaseException:
         os._exit(1)
     os._exit(0)

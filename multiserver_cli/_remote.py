@@ -1,75 +1,38 @@
-"""Asking every configured host at once: each under its own bound, in a
-thread of its own, so that one host that is down or silent is a line that
-says why, never a wait for the others."""
+"""The command line's side of other hosts: asking every configured host at
+once for ``ls`` (each under its own bound, in a thread of its own, so that
+one host that is down or silent is a line that says why, never a wait for
+the others), and the blocking steps of a command through a host (asking
+it, starting a session there, saving it here as ``HOST:NAME``). What the
+answers mean is ``restore.remote``'s (pure); so is the restore's part,
+on trio."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
-
-from multiserver import ChildInfo
-from multiserver_cli._errors import CliError
-from multiserver_cli._hosts import Host
 from multiserver_cli._sessions import at_once
-from multiserver_cli._ssh import remote_json
+from multiserver_cli._state import open_store, warn
+from restore import (
+    Host,
+    HostAnswer,
+    HostFailure,
+    RemoteSession,
+    SessionLeaf,
+    StoreError,
+    failed_answer,
+    host_answer,
+    leaf_there,
+    parse_listing,
+    remote_json,
+    run_remote,
+    start_request,
+    succeeded,
+)
 
 # How long ls waits for a host (connecting included, through the shared
 # connection when one is up).
 LS_TIMEOUT = 8.0
-
-
-@attrs.frozen
-class RemoteSession:
-    """A session of a host, as its ``ls --json`` gave it."""
-
-    host: str
-    child: ChildInfo
-    waiting: tuple[int, int] | None
-    raw: dict[str, object]
-
-
-def listed_child(raw: dict[str, object], name: str) -> ChildInfo:
-    """A session of a host's ``ls --json`` as a ChildInfo called ``name``
-    (``HOST:NAME`` for ``ls`` here, its own name for the adopter);
-    ValueError if it is not one."""
-    try:
-        return ChildInfo(
-            id=int(raw["id"]),  # type: ignore[call-overload]
-            pid=int(raw["pid"]),  # type: ignore[call-overload]
-            name=name,
-            argv=[str(a) for a in raw["argv"]],  # type: ignore[attr-defined]
-            cwd=str(raw["cwd"]),
-            tty=str(raw["tty"]),
-            rows=0,
-            cols=0,
-            state="exited" if raw["state"] == "exited" else "running",
-            exit_code=None if raw["exit_code"] is None else int(raw["exit_code"]),  # type: ignore[call-overload]
-            held=bool(raw["held"]),
-            buffered_bytes=int(raw["buffered_bytes"]),  # type: ignore[call-overload]
-            dropped_bytes=int(raw["dropped_bytes"]),  # type: ignore[call-overload]
-            started_at=float(raw["started_at"]),  # type: ignore[arg-type]
-            exited_at=None if raw["exited_at"] is None else float(raw["exited_at"]),  # type: ignore[arg-type]
-            linger=None if raw["linger"] is None else float(raw["linger"]),  # type: ignore[arg-type]
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"not a session: {exc}") from exc
-
-
-def parse_listing(host: str, answer: object) -> list[RemoteSession]:
-    """A host's ``ls --json`` answer; ValueError if it is not one."""
-    if not isinstance(answer, list):
-        raise ValueError("its ls --json is not a list")
-    out = []
-    for raw in answer:
-        if not isinstance(raw, dict):
-            raise ValueError("its ls --json holds something that is not a session")
-        child = listed_child(raw, f"{host}:{raw['name']}")
-        waiting = None
-        if not child.held:
-            waiting = (int(raw.get("waiting_bytes", 0)), int(raw.get("waiting_dropped_bytes", 0)))
-        out.append(RemoteSession(host, child, waiting, raw))
-    return out
+LS = ["ls", "--json"]
 
 
 def list_hosts(
@@ -81,19 +44,75 @@ def list_hosts(
     def ask(host: Host) -> list[RemoteSession] | str:
         # Bounded: ssh is killed at the host's timeout (run_remote).
         try:
-            got = remote_json(host, ["ls", "--json"], timeout=min(host.timeout, bound))
+            got = remote_json(host, LS, timeout=min(host.timeout, bound))
             return parse_listing(host.name, got)
-        except CliError as exc:
+        except HostFailure as exc:
             return str(exc)
         except ValueError as exc:
             return f"{host.name}: answered garbage ({exc})"
 
-    answers = at_once(hosts, ask)
     sessions: list[RemoteSession] = []
     problems: list[str] = []
-    for got in answers:
+    for got in at_once(hosts, ask):
         if isinstance(got, str):
             problems.append(got)
         else:
             sessions.extend(got)
     return sessions, problems
+
+
+def ask_host(host: Host, timeout: float) -> HostAnswer:
+    """``host``'s sessions (``ls --json`` over ssh, BatchMode), or why not."""
+    if host.needs_credential:
+        return HostAnswer("credential", host.name)
+    try:
+        return host_answer(host.name, remote_json(host, LS, timeout=timeout))
+    except HostFailure as exc:
+        return failed_answer(exc)
+
+
+def start_there(host: Host, leaf: SessionLeaf, timeout: float) -> SessionLeaf:
+    """``leaf``, a session of ``host`` gone there, started again there in
+    its saved cwd: the saved session of the new one (its ref there).
+    HostFailure if it could not be."""
+    name = leaf.name.rpartition(":")[2]
+    request = start_request(host, name, leaf.argv, leaf.cwd)
+    succeeded(host, run_remote(host, request, timeout=timeout))
+    return remote_leaf(host, name, timeout)
+
+
+def remote_leaf(host: Host, name: str, timeout: float) -> SessionLeaf:
+    """The saved session ``HOST:NAME`` of a session just made on ``host``."""
+    return leaf_there(host, name, remote_json(host, LS, timeout=timeout))
+
+
+def record_made(host: Host, name: str) -> None:
+    """``new --host``: the session is saved here, as HOST:NAME (a store that
+    cannot take it is said, and costs the session nothing)."""
+    try:
+        leaf = remote_leaf(host, name, host.timeout)
+    except HostFailure as exc:
+        warn(f"{host.name}:{name} not saved: {exc}")
+        return
+    with open_store() as store:
+        if store is None:
+            return
+        try:
+            if store.load().find(leaf.name) is not None:
+                store.update_session(leaf)
+            else:
+                store.add_session(leaf)
+        except (StoreError, KeyError, ValueError) as exc:
+            warn(f"{leaf.name} not saved: {exc}")
+
+
+def forget_made(name: str) -> None:
+    """``kill HOST:NAME``: its saved session goes too."""
+    with open_store() as store:
+        if store is None:
+            return
+        try:
+            if store.load().find(name) is not None:
+                store.remove_session(name)
+        except (StoreError, KeyError) as exc:
+            warn(f"{name}: killed there, but not forgotten here: {exc}")

@@ -1,5 +1,5 @@
 """``multiserver version`` and ``multiserver host add | ls | rm``: the
-hosts other commands reach through OpenSSH (``_hosts``, ``_ssh``)."""
+hosts other commands reach through OpenSSH (``restore.remote``)."""
 
 from __future__ import annotations
 
@@ -18,20 +18,25 @@ import attrs
 from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import print_json, table
-from multiserver_cli._hosts import (
+from multiserver_cli._relay import relay_terminal
+from multiserver_cli._sessions import check_name
+from restore import (
+    SSH_FAILED,
     Host,
+    HostFailure,
+    HostSettingError,
+    StoreError,
     check_command,
     check_dest,
     check_host_name,
     load_hosts,
     parse_grace,
     parse_timeout,
+    remote_json,
+    run_remote,
     save_hosts,
+    ssh_argv,
 )
-from multiserver_cli._relay import relay_terminal
-from multiserver_cli._sessions import check_name
-from multiserver_cli._ssh import SSH_FAILED, remote_json, run_remote, ssh_argv
-from restore import StoreError
 
 
 def version_info() -> dict[str, object]:
@@ -90,14 +95,17 @@ def cmd_host(args: Namespace) -> int:
 
 
 def _add(args: Namespace) -> int:
-    name = check_host_name(args.name)
-    host = Host(
-        name,
-        check_dest(args.ssh or name),
-        check_command(args.command),
-        parse_grace(args.grace),
-        timeout=parse_timeout(args.timeout),
-    )
+    try:
+        name = check_host_name(args.name)
+        host = Host(
+            name,
+            check_dest(args.ssh or name),
+            check_command(args.command),
+            parse_grace(args.grace),
+            timeout=parse_timeout(args.timeout),
+        )
+    except HostSettingError as exc:
+        raise CliError(str(exc), 2) from None
     hosts = load_hosts()
     if name in hosts and not args.replace:
         raise CliError(f"a host named {name} exists already (--replace to change it)")
@@ -108,8 +116,8 @@ def _add(args: Namespace) -> int:
         # then the host is one that needs a credential (restore defers it).
         try:
             remote = compatible(remote_json(host, ["version", "--json"]), host)
-        except CliError as exc:
-            if "ssh failed" not in str(exc) or not sys.stdin.isatty():
+        except HostFailure as exc:
+            if exc.kind not in ("credential", "unreachable") or not sys.stdin.isatty():
                 raise
             remote = compatible(remote_json(host, ["version", "--json"], batch=False), host)
             host = attrs.evolve(host, needs_credential=True)
@@ -195,7 +203,7 @@ def remote_kill(host_name: str, name: str, args: Namespace) -> int:
     extra = [] if args.signal is None else ["-s", str(args.signal)]
     status = _passed(run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout))
     if status == 0 and args.signal is None:
-        from multiserver_cli._remote_restore import forget_made
+        from multiserver_cli._remote import forget_made
 
         forget_made(f"{host_name}:{name}")
     return status
@@ -208,7 +216,7 @@ def remote_new(host_name: str, args: Namespace) -> int:
     if args.attach_existing:
         if args.name is None:
             raise CliError("-A needs a session name (-n NAME)", 2)
-        from multiserver_cli._remote_restore import ask_host
+        from multiserver_cli._remote import ask_host
 
         there = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
         if there.kind == "listed" and args.name in there.sessions:
@@ -235,7 +243,7 @@ def remote_new(host_name: str, args: Namespace) -> int:
     name = made.stdout.decode(errors="replace").strip()
     if made.returncode != 0 or not name:
         return _passed(made)
-    from multiserver_cli._remote_restore import record_made
+    from multiserver_cli._remote import record_made
 
     record_made(host, check_name(name))  # saved here as HOST:NAME, for restore
     if args.detach:
@@ -343,7 +351,7 @@ def _bring_back(host: Host, name: str) -> None:
     """A saved session that is gone from its host (a deferred host's, whose
     grace window elapsed while nobody could log in) is started again there
     in its saved cwd, its marker waiting for this attach."""
-    from multiserver_cli._remote_restore import ask_host, remote_leaf, start_there
+    from multiserver_cli._remote import ask_host, start_there
     from multiserver_cli._state import open_store, warn
     from restore import relaunch_notice
 
@@ -354,8 +362,7 @@ def _bring_back(host: Host, name: str) -> None:
         answer = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
         if answer.kind != "listed" or name in answer.sessions:
             return
-        start_there(host, name, leaf.argv, leaf.cwd, host.timeout)
-        made = remote_leaf(host, name, host.timeout)
+        made = start_there(host, leaf, host.timeout)
         why = "gone from its host (grace window elapsed, or the host rebooted)"
         notice = relaunch_notice(leaf, why)
         try:

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from multiserver_cli._sessions import scan
 from restore import (
     ArrangementStore,
     DaemonAttachment,
+    LateArrival,
     Options,
     RestoredSession,
     release_claims,
@@ -180,23 +180,7 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
                 f"{elsewhere if remote else ''} within {args.timeout:g} s",
                 file=sys.stderr,
             )
-        # Sessions on other hosts: asked over ssh, host by host at once, in
-        # a thread of its own while the local restore runs (_remote_restore).
-        remote_rows: list[dict[str, object]] = []
-        # What hosts that answered after their timeout handed the adopter.
-        remote_late: list[SweepRow] = []
         options = Options(relaunch=not args.no_relaunch, relaunch_ended=args.relaunch_ended)
-        worker: threading.Thread | None = None
-        if remote:
-            from multiserver_cli._remote_restore import restore_remote
-
-            def remotely() -> None:
-                done = restore_remote(remote, options, args.timeout)
-                remote_rows.extend(done.sessions)
-                remote_late.extend(done.late)
-
-            worker = threading.Thread(target=remotely, name="hosts", daemon=True)
-            worker.start()
 
         def progress(s: RestoredSession) -> None:
             if not args.json:
@@ -207,16 +191,17 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
                 print(f"  {_arrival_line(att)}", file=sys.stderr)
 
         async with trio.open_nursery() as nursery:
-            # Late arrivals wait until every session is built: until then a
-            # leaf may still reference the late child (its relaunch is not
-            # saved yet), and adopting it would be refused.
-            late: list[DaemonAttachment] = []
+            # Late arrivals (a daemon's partial attach, a host's answer)
+            # wait until every session is built: until then a leaf may
+            # still reference the late child (its relaunch is not saved
+            # yet), and adopting it would be refused.
+            late: list[LateArrival] = []
             built = False
 
-            async def adopt(att: DaemonAttachment) -> None:
+            async def adopt(att: LateArrival) -> None:
                 late_rows.extend(await adopt_late(att, sink))
 
-            def on_late(att: DaemonAttachment) -> None:
+            def on_late(att: LateArrival) -> None:
                 if built:
                     nursery.start_soon(adopt, att)
                 else:
@@ -254,18 +239,12 @@ async def _restore(args: Namespace) -> dict[str, object] | None:
                 swept = await sweep(sink, adopt=True, bound=SWEEP_BOUND, skip=wedged)
             # Partial attaches to wedged daemons are abandoned here.
             nursery.cancel_scope.cancel()
-        if worker is not None:
-            # restore_remote keeps to the deadline; this bound is for safety.
-            await trio.to_thread.run_sync(worker.join, args.timeout + 5)
-            for r in remote_rows:
-                if not args.json:
-                    print(f"  {r['name']}: {r['outcome']} ({r['detail']})", file=sys.stderr)
-    extra = [r for r in [*late_rows, *remote_late, *swept.rows] if r.action != "none"]
+    extra = [r for r in [*late_rows, *swept.rows] if r.action != "none"]
     return {
-        "sessions": [_row(s) for s in result.sessions] + remote_rows,
+        "sessions": [_row(s) for s in result.sessions],
         "sweep": [_sweep_row(r) for r in extra],
         "seconds": round(result.elapsed, 4),
-        "ok": result.ok and all(r["outcome"] != "failed" for r in remote_rows),
+        "ok": result.ok,
         "saved": result.saved,
     }
 

@@ -1,5 +1,12 @@
 """restore: the saved arrangement of sessions and bringing it back.
 
+Its rooms: ``store/`` (the saved arrangement: model, schema, the SQLite
+store, holds), the engine here (``_plan`` pure, ``_partial``, ``_build``,
+``_restore``, ``_intents``), ``remote/`` (hosts reached through ssh, and
+their part of the restore), ``layout/`` (windows, tabs and splits, read
+from and opened in tmux and kitty). This face is the one import surface
+for ``adopter`` and the command line.
+
 Public API (everything else is private and may change)::
 
     store, warning = ArrangementStore.open_or_quarantine()
@@ -19,28 +26,15 @@ See docs/restore.md.
 
 from multiserver import lazy_exports
 
-# The public names, by the module that defines them. Each loads on first
-# use: the command line's fast path reads the store without importing the
-# restore machinery (and trio). Type checkers read __init__.pyi, generated
-# from this table.
+# The public names, by the module that defines them, room by room. Each
+# loads on first use: the command line's fast path reads the store without
+# importing the restore machinery (and trio). Type checkers read
+# __init__.pyi, generated from this table.
 EXPORTS = {
-    "restore._build": ("RestoredSession",),
-    "restore._held": ("Hold", "HoldRecord", "live_holds", "pid_alive"),
-    "restore._kitty": ("Kitty",),
-    "restore._layout": (
-        "Op",
-        "OpenTab",
-        "PaneCommand",
-        "SeenTab",
-        "SplitPane",
-        "kitty_pairs",
-        "merge_layout",
-        "open_plan",
-        "parse_tmux_layout",
-        "tab_size",
-        "without_sessions",
-    ),
-    "restore._model": (
+    # store/: the saved arrangement
+    "restore.store._errors": ("StoreCorrupt", "StoreError", "StoreTooNew"),
+    "restore.store._held": ("Hold", "HoldRecord", "live_holds", "pid_alive"),
+    "restore.store._model": (
         "SCROLLBACK_LIMIT",
         "Arrangement",
         "PendingLaunch",
@@ -53,10 +47,15 @@ EXPORTS = {
         "bounded_scrollback",
         "ref_key",
     ),
+    "restore.store._schema": ("PendingClose",),
+    "restore.store._store": ("ArrangementStore",),
+    # the engine
+    "restore._build": ("RestoredSession",),
     "restore._partial": ("DaemonAttachment", "PhaseResult"),
     "restore._plan": (
         "ATTACH_SHARE",
         "OUTCOMES",
+        "RELAUNCH_MARKER",
         "Decision",
         "HostAnswer",
         "HostChild",
@@ -65,11 +64,59 @@ EXPORTS = {
         "decide_remote",
         "relaunch_notice",
     ),
-    "restore._restore": ("RestoreResult", "close_late", "release_claims", "restore_arrangement"),
-    "restore._errors": ("StoreCorrupt", "StoreError", "StoreTooNew"),
-    "restore._schema": ("PendingClose",),
-    "restore._store": ("ArrangementStore",),
-    "restore._terminals": ("ReadPane", "ReadTab", "TerminalError"),
-    "restore._tmux": ("Tmux",),
+    "restore._restore": (
+        "LateArrival",
+        "RestoreResult",
+        "close_late",
+        "release_claims",
+        "restore_arrangement",
+    ),
+    # remote/: sessions on other hosts
+    "restore.remote._answers": (
+        "RemoteSession",
+        "failed_answer",
+        "host_answer",
+        "leaf_there",
+        "listed_child",
+        "parse_listing",
+        "start_request",
+    ),
+    "restore.remote._errors": ("FailureKind", "HostFailure", "HostSettingError", "HostsFileError"),
+    "restore.remote._hosts": (
+        "Host",
+        "check_command",
+        "check_dest",
+        "check_host_name",
+        "load_hosts",
+        "parse_grace",
+        "parse_timeout",
+        "save_hosts",
+    ),
+    "restore.remote._restore": ("Carried", "HostAttachment", "carry_out", "restore_hosts"),
+    "restore.remote._ssh": (
+        "SSH_FAILED",
+        "remote_json",
+        "run_remote",
+        "ssh_argv",
+        "succeeded",
+    ),
+    # layout/: windows, tabs and splits in a terminal
+    "restore.layout._capture": ("Capture", "Saved", "SessionOf", "save_layout", "seen_tabs"),
+    "restore.layout._kitty": ("Kitty",),
+    "restore.layout._layout": (
+        "Op",
+        "OpenTab",
+        "PaneCommand",
+        "SeenTab",
+        "SplitPane",
+        "kitty_pairs",
+        "merge_layout",
+        "open_plan",
+        "parse_tmux_layout",
+        "tab_size",
+        "without_sessions",
+    ),
+    "restore.layout._terminals": ("ReadPane", "ReadTab", "TerminalError"),
+    "restore.layout._tmux": ("Tmux",),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS, globals())

@@ -4,21 +4,40 @@
 from restore._build import (
     RestoredSession as RestoredSession,
 )
-from restore._errors import (
-    StoreCorrupt as StoreCorrupt,
-    StoreError as StoreError,
-    StoreTooNew as StoreTooNew,
+from restore._partial import (
+    DaemonAttachment as DaemonAttachment,
+    PhaseResult as PhaseResult,
 )
-from restore._held import (
-    Hold as Hold,
-    HoldRecord as HoldRecord,
-    live_holds as live_holds,
-    pid_alive as pid_alive,
+from restore._plan import (
+    ATTACH_SHARE as ATTACH_SHARE,
+    OUTCOMES as OUTCOMES,
+    RELAUNCH_MARKER as RELAUNCH_MARKER,
+    Decision as Decision,
+    HostAnswer as HostAnswer,
+    HostChild as HostChild,
+    Options as Options,
+    Outcome as Outcome,
+    decide_remote as decide_remote,
+    relaunch_notice as relaunch_notice,
 )
-from restore._kitty import (
+from restore._restore import (
+    LateArrival as LateArrival,
+    RestoreResult as RestoreResult,
+    close_late as close_late,
+    release_claims as release_claims,
+    restore_arrangement as restore_arrangement,
+)
+from restore.layout._capture import (
+    Capture as Capture,
+    Saved as Saved,
+    SessionOf as SessionOf,
+    save_layout as save_layout,
+    seen_tabs as seen_tabs,
+)
+from restore.layout._kitty import (
     Kitty as Kitty,
 )
-from restore._layout import (
+from restore.layout._layout import (
     Op as Op,
     OpenTab as OpenTab,
     PaneCommand as PaneCommand,
@@ -31,7 +50,64 @@ from restore._layout import (
     tab_size as tab_size,
     without_sessions as without_sessions,
 )
-from restore._model import (
+from restore.layout._terminals import (
+    ReadPane as ReadPane,
+    ReadTab as ReadTab,
+    TerminalError as TerminalError,
+)
+from restore.layout._tmux import (
+    Tmux as Tmux,
+)
+from restore.remote._answers import (
+    RemoteSession as RemoteSession,
+    failed_answer as failed_answer,
+    host_answer as host_answer,
+    leaf_there as leaf_there,
+    listed_child as listed_child,
+    parse_listing as parse_listing,
+    start_request as start_request,
+)
+from restore.remote._errors import (
+    FailureKind as FailureKind,
+    HostFailure as HostFailure,
+    HostSettingError as HostSettingError,
+    HostsFileError as HostsFileError,
+)
+from restore.remote._hosts import (
+    Host as Host,
+    check_command as check_command,
+    check_dest as check_dest,
+    check_host_name as check_host_name,
+    load_hosts as load_hosts,
+    parse_grace as parse_grace,
+    parse_timeout as parse_timeout,
+    save_hosts as save_hosts,
+)
+from restore.remote._restore import (
+    Carried as Carried,
+    HostAttachment as HostAttachment,
+    carry_out as carry_out,
+    restore_hosts as restore_hosts,
+)
+from restore.remote._ssh import (
+    SSH_FAILED as SSH_FAILED,
+    remote_json as remote_json,
+    run_remote as run_remote,
+    ssh_argv as ssh_argv,
+    succeeded as succeeded,
+)
+from restore.store._errors import (
+    StoreCorrupt as StoreCorrupt,
+    StoreError as StoreError,
+    StoreTooNew as StoreTooNew,
+)
+from restore.store._held import (
+    Hold as Hold,
+    HoldRecord as HoldRecord,
+    live_holds as live_holds,
+    pid_alive as pid_alive,
+)
+from restore.store._model import (
     SCROLLBACK_LIMIT as SCROLLBACK_LIMIT,
     Arrangement as Arrangement,
     PendingLaunch as PendingLaunch,
@@ -44,38 +120,9 @@ from restore._model import (
     bounded_scrollback as bounded_scrollback,
     ref_key as ref_key,
 )
-from restore._partial import (
-    DaemonAttachment as DaemonAttachment,
-    PhaseResult as PhaseResult,
-)
-from restore._plan import (
-    ATTACH_SHARE as ATTACH_SHARE,
-    OUTCOMES as OUTCOMES,
-    Decision as Decision,
-    HostAnswer as HostAnswer,
-    HostChild as HostChild,
-    Options as Options,
-    Outcome as Outcome,
-    decide_remote as decide_remote,
-    relaunch_notice as relaunch_notice,
-)
-from restore._restore import (
-    RestoreResult as RestoreResult,
-    close_late as close_late,
-    release_claims as release_claims,
-    restore_arrangement as restore_arrangement,
-)
-from restore._schema import (
+from restore.store._schema import (
     PendingClose as PendingClose,
 )
-from restore._store import (
+from restore.store._store import (
     ArrangementStore as ArrangementStore,
-)
-from restore._terminals import (
-    ReadPane as ReadPane,
-    ReadTab as ReadTab,
-    TerminalError as TerminalError,
-)
-from restore._tmux import (
-    Tmux as Tmux,
 )

@@ -31,8 +31,6 @@ from multiserver import (
     describe_exit,
     dial,
 )
-from restore._held import Hold, Key, live_holds
-from restore._model import Arrangement, PendingLaunch, RestorationRef, SavedOutput, SessionLeaf
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
     ClaimAnswer,
@@ -49,7 +47,15 @@ from restore._plan import (
     decide_unsettled,
     relaunch_notice,
 )
-from restore._store import ArrangementStore, StoreError
+from restore.store._held import Hold, Key, live_holds
+from restore.store._model import (
+    Arrangement,
+    PendingLaunch,
+    RestorationRef,
+    SavedOutput,
+    SessionLeaf,
+)
+from restore.store._store import ArrangementStore, StoreError
 
 
 @attrs.define

@@ -26,9 +26,9 @@ import attrs
 import trio
 
 from multiserver import MultiserverError, dial
-from restore._model import Arrangement, SessionLeaf
 from restore._plan import LaunchAnswer, Settled, settle_launch
-from restore._store import ArrangementStore, StoreError
+from restore.store._model import Arrangement, SessionLeaf
+from restore.store._store import ArrangementStore, StoreError
 
 
 @attrs.frozen

@@ -34,7 +34,7 @@ from typing import Literal
 import attrs
 
 from multiserver import ChildInfo, describe_exit
-from restore._model import Arrangement, RestorationRef, SessionLeaf
+from restore.store._model import Arrangement, RestorationRef, SessionLeaf
 
 Outcome = Literal[
     "attached", "ended", "relaunched", "expired", "timed-out", "held", "deferred", "failed"

@@ -21,10 +21,11 @@ import trio
 from multiserver import Client, MultiserverError
 from restore._build import RestoredSession, build_sessions
 from restore._intents import Settlement, settle_launches
-from restore._model import Arrangement
 from restore._partial import DaemonAttachment, PartialAttachPhase, PhaseResult
 from restore._plan import Options, RestoreDeadline, Settled, plan_restore
-from restore._store import ArrangementStore
+from restore.remote._restore import HostAttachment, restore_hosts
+from restore.store._model import Arrangement
+from restore.store._store import ArrangementStore
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_OPTIONS = Options()
@@ -52,9 +53,13 @@ class RestoreResult:
         )
 
 
-def close_late(att: DaemonAttachment) -> None:
+LateArrival = DaemonAttachment | HostAttachment
+
+
+def close_late(att: LateArrival) -> None:
     """The default for late arrivals when nobody adopts them: give the
-    children back to their daemon (the next sweep finds them)."""
+    children back to their daemon (the next sweep finds them); a host's
+    late answer holds nothing."""
     att.close()
 
 
@@ -69,7 +74,7 @@ async def restore_arrangement(
     hold: bool = True,
     keep_output: bool = False,
     env: Mapping[str, str] | None = None,
-    on_late: Callable[[DaemonAttachment], None] = close_late,
+    on_late: Callable[[LateArrival], None] = close_late,
     progress: Callable[[RestoredSession], None] | None = None,
     on_arrival: Callable[[DaemonAttachment], None] | None = None,
     on_settled: Callable[[Settled], None] | None = None,
@@ -99,6 +104,14 @@ async def restore_arrangement(
     session's, recorded in ``store`` and restored like any other (never
     started twice); ``on_settled`` is told of each.
 
+    Sessions on other hosts (``leaf.host``) are restored meanwhile, over
+    ssh (``restore.remote``): each host is asked under its own timeout
+    within the deadline, and its answer after that timeout (before the
+    deadline) goes to ``on_late`` as a HostAttachment. The sessions come
+    back this machine's first, then the hosts', each in the arrangement's
+    order; with hosts, this returns once every host has answered, at the
+    deadline at most.
+
     ``on_arrival`` is called as each daemon's partial attach arrives in
     time (answered, or failed to connect), while the phase still waits for
     the others: progress for a person. ``progress`` is called for each
@@ -124,6 +137,59 @@ async def restore_arrangement(
         bound = RestoreDeadline.from_end(t0, deadline)
     else:
         bound = RestoreDeadline.from_timeout(t0, DEFAULT_TIMEOUT if timeout is None else timeout)
+    elsewhere = [leaf for leaf in arrangement.leaves() if leaf.host is not None]
+    remote: list[RestoredSession] = []
+
+    async def hosts() -> None:
+        remote.extend(
+            await restore_hosts(
+                elsewhere,
+                deadline=bound,
+                options=options,
+                store=store,
+                on_late=on_late,
+                progress=progress,
+            )
+        )
+
+    async with trio.open_nursery() as both:
+        if elsewhere:
+            both.start_soon(hosts)
+        local = await _restore_here(
+            arrangement,
+            bound,
+            nursery=nursery,
+            options=options,
+            store=store,
+            hold=hold,
+            keep_output=keep_output,
+            env=env,
+            on_late=on_late,
+            progress=progress,
+            on_arrival=on_arrival,
+            on_settled=on_settled,
+        )
+    return attrs.evolve(local, sessions=local.sessions + remote, elapsed=trio.current_time() - t0)
+
+
+async def _restore_here(
+    arrangement: Arrangement,
+    bound: RestoreDeadline,
+    *,
+    nursery: trio.Nursery,
+    options: Options,
+    store: ArrangementStore | None,
+    hold: bool,
+    keep_output: bool,
+    env: Mapping[str, str] | None,
+    on_late: Callable[[LateArrival], None],
+    progress: Callable[[RestoredSession], None] | None,
+    on_arrival: Callable[[DaemonAttachment], None] | None,
+    on_settled: Callable[[Settled], None] | None,
+) -> RestoreResult:
+    """The sessions of this machine's daemons: settle, plan, the partial
+    attach phase, build (``restore_arrangement`` says how)."""
+    t0 = trio.current_time()
     # Relaunches an earlier run asked for and never recorded: found (and
     # recorded) before anything is decided, so none is started twice.
     settlement = await settle_launches(arrangement, store=store, until=bound.settle_by)

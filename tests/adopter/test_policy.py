@@ -23,7 +23,7 @@ from adopter import (
 )
 from multiserver import ChildInfo
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf, Tab, Window
-from restore._model import check_session_name
+from restore.store._model import check_session_name
 
 SOCK = "/run/user/1000/multiserver/multiserver-daemon-1.socket"
 OTHER_SOCK = "/run/user/1000/multiserver/multiserver-daemon-2.socket"

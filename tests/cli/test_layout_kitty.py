@@ -29,8 +29,8 @@ import pytest
 import trio
 
 from multiserver_cli._layouts import attached_session
-from restore._layout import LayoutNode, PaneNode, SplitNode, kitty_pairs
 from restore._plan import RELAUNCH_MARKER
+from restore.layout._layout import LayoutNode, PaneNode, SplitNode, kitty_pairs
 from tests.cli.conftest import SCREEN_TIMEOUT, ms, person_env, wait_session
 from tests.cli.test_layout_tmux import all_saved, make_sessions
 from tests.conftest import (

@@ -27,11 +27,11 @@ import pytest
 import trio
 
 from multiserver_cli._layouts import attached_session
-from restore._layout import LayoutNode, PaneNode, SplitNode, parse_tmux_layout
-from restore._model import Arrangement, Node, SessionLeaf, Split
 from restore._plan import RELAUNCH_MARKER
-from restore._store import ArrangementStore
-from restore._terminals import descendants, process_argvs, process_tree
+from restore.layout._layout import LayoutNode, PaneNode, SplitNode, parse_tmux_layout
+from restore.layout._terminals import descendants, process_argvs, process_tree
+from restore.store._model import Arrangement, Node, SessionLeaf, Split
+from restore.store._store import ArrangementStore
 from tests.cli.conftest import SCREEN_TIMEOUT, ms, person_env, session_pids, wait_session
 from tests.conftest import (
     POLL_INTERVAL,

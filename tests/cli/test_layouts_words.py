@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from multiserver_cli._layouts import attached_session, print_plan
-from restore._layout import open_plan
-from restore._model import Arrangement, SessionLeaf, Split, Tab, Window
+from restore.layout._layout import open_plan
+from restore.store._model import Arrangement, SessionLeaf, Split, Tab, Window
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from multiserver_cli._errors import CliError
-from multiserver_cli._hosts import Host, load_hosts, save_hosts
 from multiserver_cli._names import split_target
+from restore import Host, HostsFileError, load_hosts, save_hosts
 from tests.cli.conftest import person_env
 from tests.conftest import MsDirs
 from tests.remote.conftest import MULTISERVER, Remote
@@ -124,10 +123,10 @@ def test_the_hosts_file_round_trips_and_a_damaged_one_is_said(tmp_path: Path) ->
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert load_hosts(path) == hosts
     path.write_text('{"hosts": [{"name": "-x", "dest": "y"}]}')
-    with pytest.raises(CliError, match="damaged"):
+    with pytest.raises(HostsFileError, match="damaged"):
         load_hosts(path)
     path.write_text("{")
-    with pytest.raises(CliError, match="cannot read the hosts file"):
+    with pytest.raises(HostsFileError, match="cannot read the hosts file"):
         load_hosts(path)
     assert path.read_text() == "{"  # never rewritten by a read
     assert load_hosts(tmp_path / "none.json") == {}

@@ -14,9 +14,9 @@ import subprocess
 import sys
 
 from restore._build import _Pending, spare_held
-from restore._held import DIR_NAME, Hold, HoldRecord, live_holds
-from restore._model import RestorationRef, SessionLeaf
 from restore._plan import ClaimAnswer, Options, decide_claimed, decide_gone, decide_held
+from restore.store._held import DIR_NAME, Hold, HoldRecord, live_holds
+from restore.store._model import RestorationRef, SessionLeaf
 from tests.conftest import MsDirs
 from tests.restore.test_plan import child
 
@@ -45,7 +45,7 @@ def test_a_record_whose_client_died_is_removed(ms_dirs: MsDirs) -> None:
     """Its writer exits (as a SIGKILLed attach client would): the lock goes
     with it, and the next reader removes the record."""
     code = (
-        "from restore._held import Hold, HoldRecord;"
+        "from restore.store._held import Hold, HoldRecord;"
         f"HoldRecord.write(Hold('s', '/x', {INSTANCE!r}, 3, {os.getpid()}, 1))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from restore._layout import (
+from restore.layout._layout import (
     LayoutError,
     OpenTab,
     PaneNode,
@@ -23,7 +23,7 @@ from restore._layout import (
     to_split,
     without_sessions,
 )
-from restore._model import Arrangement, SessionLeaf, Split, Tab, Window
+from restore.store._model import Arrangement, SessionLeaf, Split, Tab, Window
 
 
 def leaf(name: str) -> SessionLeaf:

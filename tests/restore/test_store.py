@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 import pytest
 
-import restore._schema as schema_mod
-import restore._store as store_mod
+import restore.store._schema as schema_mod
+import restore.store._store as store_mod
 from restore import (
     SCROLLBACK_LIMIT,
     Arrangement,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from restore import _kitty
-from restore._kitty import Kitty
-from restore._terminals import TerminalError
-from restore._tmux import Tmux
+from restore.layout import _kitty
+from restore.layout._kitty import Kitty
+from restore.layout._terminals import TerminalError
+from restore.layout._tmux import Tmux
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ import attrs
 import cattrs
 
 from multiserver import runtime_dir, unlink_if_same
-from restore._schema import _exact
+from restore.store._schema import _exact
 
 DIR_NAME = "multiserver-held"
 _NAME = re.compile(r"^([0-9a-f]+)-([0-9]+)$")

@@ -48,8 +48,8 @@ from cattrs.cols import list_structure_factory
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 from cattrs.strategies import configure_tagged_union
 
-from restore._errors import StoreCorrupt
-from restore._model import Arrangement, RestorationRef, SessionLeaf, Split
+from restore.store._errors import StoreCorrupt
+from restore.store._model import Arrangement, RestorationRef, SessionLeaf, Split
 
 SCHEMA_VERSION = 1
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from restore._layout import LayoutError, Op, OpenTab, SplitPane, parse_tmux_layout
-from restore._terminals import (
+from restore.layout._layout import LayoutError, Op, OpenTab, SplitPane, parse_tmux_layout
+from restore.layout._terminals import (
     ReadPane,
     ReadTab,
     TerminalError,

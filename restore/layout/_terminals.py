@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from restore._layout import LayoutNode
+from restore.layout._layout import LayoutNode
 
 # Linux's /proc holds each process's exact arguments; elsewhere, ps.
 _PROC = os.path.exists("/proc/self/cmdline")

@@ -3,7 +3,7 @@
 Two directions, no I/O in either:
 
 - **Opening** (``open_plan``): an ``Arrangement`` in, a list of terminal
-  operations out. A terminal executor (``restore._terminals``) runs them in
+  operations out. A terminal executor (``restore.layout._terminals``) runs them in
   order; an app can run them its own way. Each pane runs
   ``multiserver attach NAME`` (``PaneCommand``).
 - **Reading** (``parse_tmux_layout``, ``kitty_pairs``): what a terminal
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from restore._model import Arrangement, Node, SessionLeaf, Split, Tab, Window
+from restore.store._model import Arrangement, Node, SessionLeaf, Split, Tab, Window
 
 # The window adopted orphans live in: opened last, apart (as iTerm2 puts
 # adopted sessions in a window of their own).

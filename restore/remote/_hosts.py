@@ -10,7 +10,7 @@ whole (a temporary file renamed over it); a file that cannot be read is
 said in one line and never overwritten by a command that only reads.
 
 Nothing here runs ssh (``_ssh`` does); everything here is pure but the
-file's read and write.
+file's read and write. A setting that is not one is a HostSettingError.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import attrs
 
 from multiserver import ensure_private_dir
-from multiserver_cli._errors import CliError
+from restore.remote._errors import HostSettingError, HostsFileError
 
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # What ssh takes as a destination: [user@]host[:port] or ssh://...; never an
@@ -55,25 +55,24 @@ class Host:
 
 def check_host_name(name: str) -> str:
     if not HOST_NAME_RE.fullmatch(name):
-        raise CliError(
+        raise HostSettingError(
             f"bad host name {name!r}: letters, digits, '_', '.' and '-', not first"
-            " (it goes before ':' in HOST:SESSION)",
-            2,
+            " (it goes before ':' in HOST:SESSION)"
         )
     return name
 
 
 def check_dest(dest: str) -> str:
     if dest.startswith("-"):
-        raise CliError(f"bad ssh destination {dest!r}: it must not start with '-'", 2)
+        raise HostSettingError(f"bad ssh destination {dest!r}: it must not start with '-'")
     if not _DEST_RE.fullmatch(dest):
-        raise CliError(f"bad ssh destination {dest!r}: no spaces or control characters", 2)
+        raise HostSettingError(f"bad ssh destination {dest!r}: no spaces or control characters")
     return dest
 
 
 def check_command(command: str) -> str:
     if not command or command.startswith("-") or "\n" in command or "\x00" in command:
-        raise CliError(f"bad remote command {command!r}", 2)
+        raise HostSettingError(f"bad remote command {command!r}")
     return command
 
 
@@ -84,9 +83,9 @@ def parse_grace(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise CliError(f"bad --grace {text!r}: seconds (60-3600) or 'none'", 2) from None
+        raise HostSettingError(f"bad --grace {text!r}: seconds (60-3600) or 'none'") from None
     if not GRACE_MIN <= value <= GRACE_MAX:
-        raise CliError(f"--grace must be 60-3600 seconds or 'none', got {text}", 2)
+        raise HostSettingError(f"--grace must be 60-3600 seconds or 'none', got {text}")
     return value
 
 
@@ -95,9 +94,9 @@ def parse_timeout(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise CliError(f"bad --timeout {text!r}: seconds", 2) from None
+        raise HostSettingError(f"bad --timeout {text!r}: seconds") from None
     if not 0 < value <= 600:
-        raise CliError(f"--timeout must be more than 0 and at most 600 s, got {text}", 2)
+        raise HostSettingError(f"--timeout must be more than 0 and at most 600 s, got {text}")
     return value
 
 
@@ -116,14 +115,14 @@ def hosts_path() -> Path:
 
 def load_hosts(path: Path | None = None) -> dict[str, Host]:
     """The configured hosts by name (none if the file does not exist);
-    CliError, in one line, if it cannot be read."""
+    HostsFileError, in one line, if it cannot be read."""
     path = path or hosts_path()
     try:
         raw = json.loads(path.read_bytes())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise CliError(f"cannot read the hosts file {path}: {exc}") from exc
+        raise HostsFileError(f"cannot read the hosts file {path}: {exc}") from exc
     hosts: dict[str, Host] = {}
     try:
         entries = raw["hosts"]
@@ -138,8 +137,8 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
                 parse_timeout(str(entry.get("timeout", TIMEOUT_DEFAULT))),
             )
             hosts[host.name] = host
-    except (KeyError, TypeError, ValueError, CliError) as exc:
-        raise CliError(f"the hosts file {path} is damaged ({exc}); fix or move it") from exc
+    except (KeyError, TypeError, ValueError, HostSettingError) as exc:
+        raise HostsFileError(f"the hosts file {path} is damaged ({exc}); fix or move it") from exc
     return hosts
 
 
@@ -158,4 +157,4 @@ def save_hosts(hosts: dict[str, Host], path: Path | None = None) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise CliError(f"cannot write the hosts file {path}: {exc.strerror}") from exc
+        raise HostsFileError(f"cannot write the hosts file {path}: {exc.strerror}") from exc

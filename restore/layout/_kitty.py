@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from restore._layout import LayoutError, Op, OpenTab, SplitPane, kitty_pairs
-from restore._terminals import COMMAND_TIMEOUT, ReadPane, ReadTab, TerminalError, run_control
+from restore.layout._layout import LayoutError, Op, OpenTab, SplitPane, kitty_pairs
+from restore.layout._terminals import COMMAND_TIMEOUT, ReadPane, ReadTab, TerminalError, run_control
 
 # kitty names every OS window "kitty" unless told otherwise.
 _DEFAULT_WM_NAME = "kitty"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import attrs
 
-from restore._errors import StoreCorrupt
-from restore._model import Arrangement
-from restore._schema import (
+from restore.store._errors import StoreCorrupt
+from restore.store._model import Arrangement
+from restore.store._schema import (
     _BYTES_FIELDS,
     _SQLITE_MAGIC,
     PendingClose,

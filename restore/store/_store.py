@@ -54,10 +54,10 @@ from typing import TypeVar
 import attrs
 
 from multiserver import ensure_private_dir, state_dir
-from restore._errors import StoreCorrupt, StoreError, StoreTooNew, _translated
-from restore._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
-from restore._salvage import salvage
-from restore._schema import (
+from restore.store._errors import StoreCorrupt, StoreError, StoreTooNew, _translated
+from restore.store._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
+from restore.store._salvage import salvage
+from restore.store._schema import (
     SCHEMA_VERSION,
     PendingClose,
     _check_file,
