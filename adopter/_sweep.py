@@ -152,28 +152,51 @@ async def _sweep_socket(
     claim, collect); once the daemon has handed a child over, recording it is
     not cut short, so what was adopted is always what the report says."""
     s = str(sock)
-    try:
-        check_socket(sock)
-    except UnsafeDirectory as exc:
-        if not os.path.lexists(sock):
-            return  # gone since the scan
-        rows.append(SweepRow(s, "refused", "skipped", detail=f"not connected to: {exc}"))
+    deadline = trio.current_time() + bound
+    unresponsive = _unresponsive(s, bound)
+    client = await _connect(sock, adopt, deadline, unresponsive, rows)
+    if client is None:
         return
-    unresponsive = SweepRow(
-        s,
+    # Leaving this block hangs up: the daemon takes back every child we
+    # claimed and did not collect (adopted ones included: they are saved now).
+    async with client:
+        found = orphans(client.welcome.children, s, client.instance_id, refs, saved)
+        if not found:
+            detail = f"{len(client.welcome.children)} children, no orphans"
+            rows.append(SweepRow(s, "live", "none", detail=detail))
+        elif not adopt:
+            rows += [_would(s, c) for c in found]
+        else:
+            rows += await _adopt_found(client, s, found, deadline, unresponsive, sink)
+
+
+def _unresponsive(sock: str, bound: float) -> SweepRow:
+    return SweepRow(
+        sock,
         "unresponsive",
         "retry",
         detail=f"did not answer within {bound:g} s; next sweep tries again",
     )
-    deadline = trio.current_time() + bound
-    client: Client | None = None
+
+
+async def _connect(
+    sock: Path, adopt: bool, deadline: float, unresponsive: SweepRow, rows: list[SweepRow]
+) -> Client | None:
+    """A connection to the daemon on ``sock`` by ``deadline``, or None with
+    a row that says why not (a stale socket removed, with ``adopt``)."""
+    s = str(sock)
+    try:
+        check_socket(sock)
+    except UnsafeDirectory as exc:
+        if os.path.lexists(sock):  # else gone since the scan
+            rows.append(SweepRow(s, "refused", "skipped", detail=f"not connected to: {exc}"))
+        return None
     with trio.CancelScope(deadline=deadline):
         try:
-            client = await dial(sock)
+            return await dial(sock)
         except DaemonNotRunning:
-            state = classify(
-                connected=False, answered=False, lock_held=lock_is_held(_lock_path(sock))
-            )
+            lock_held = lock_is_held(_lock_path(sock))
+            state = classify(connected=False, answered=False, lock_held=lock_held)
             if state == "stale":
                 action = _remove_stale(sock) if adopt else "would-remove"
                 detail = "its daemon is gone"
@@ -181,82 +204,68 @@ async def _sweep_socket(
                     detail = "a daemon answers there now; the next sweep adopts its orphans"
                 rows.append(SweepRow(s, "stale", action, detail=detail))
             else:
-                rows.append(
-                    SweepRow(
-                        s,
-                        state,
-                        "retry",
-                        detail="refuses connections but its lock is held (starting or exiting)",
-                    )
-                )
-            return
+                detail = "refuses connections but its lock is held (starting or exiting)"
+                rows.append(SweepRow(s, state, "retry", detail=detail))
+            return None
         except MultiserverError as exc:
             rows.append(SweepRow(s, "unresponsive", "retry", detail=str(exc)))
-            return
-    if client is None:
-        rows.append(unresponsive)
-        return
-    # Leaving this block hangs up: the daemon takes back every child we
-    # claimed and did not collect (adopted ones included: they are saved now).
-    async with client:
-        found = orphans(client.welcome.children, s, client.instance_id, refs, saved)
-        if not found:
-            rows.append(
-                SweepRow(
-                    s, "live", "none", detail=f"{len(client.welcome.children)} children, no orphans"
-                )
-            )
-            return
-        if not adopt:
-            rows += [
-                SweepRow(
-                    s,
-                    "live",
-                    "would-adopt" if c.state == "running" else "would-collect",
-                    name=c.name,
-                    detail=command_line(c.argv)
-                    if c.state == "running"
-                    else f"{_ended(c)}: {command_line(c.argv)}",
-                    exit_code=c.exit_code,
-                )
-                for c in found
-            ]
-            return
-        results: list[ClaimResult] = []
-        with trio.CancelScope(deadline=deadline):
-            try:
-                results = await client.claim([c.id for c in found], keep_output=True)
-            except MultiserverError as exc:  # it broke the protocol or hung up
-                rows.append(SweepRow(s, "unresponsive", "retry", detail=str(exc)))
-                return
-        if not results:
-            rows.append(unresponsive)
-            return
-        running: list[ChildInfo] = []
-        for result in results:
-            if result.master is not None:
-                os.close(result.master)  # the fd is the app's to take, on attach
-            if result.error is not None or result.child is None:
-                held = result.error is not None and result.error.errno == errno.EBUSY
-                why = result.error.message if result.error else "no child"
-                rows.append(
-                    SweepRow(
-                        s,
-                        "live",
-                        "skipped",
-                        detail="already held by another client" if held else why,
-                    )
-                )
-            elif result.child.state == "exited":
-                collected = False
-                with trio.CancelScope(deadline=deadline), contextlib.suppress(MultiserverError):
-                    await client.collect(result.child.id)
-                    collected = True
-                rows.append(_ended_row(s, "live", result.child, collected))
-            else:
-                running.append(result.child)
-        for child in running:
-            rows.append(await _record(client, s, "live", child, sink))
+            return None
+    rows.append(unresponsive)
+    return None
+
+
+def _would(sock: str, c: ChildInfo) -> SweepRow:
+    """What adopting orphan ``c`` would do (``adopt=False``)."""
+    running = c.state == "running"
+    return SweepRow(
+        sock,
+        "live",
+        "would-adopt" if running else "would-collect",
+        name=c.name,
+        detail=command_line(c.argv) if running else f"{_ended(c)}: {command_line(c.argv)}",
+        exit_code=c.exit_code,
+    )
+
+
+async def _adopt_found(
+    client: Client,
+    s: str,
+    found: list[ChildInfo],
+    deadline: float,
+    unresponsive: SweepRow,
+    sink: OrphanSink,
+) -> list[SweepRow]:
+    """Claim the orphans ``found`` in one request (by ``deadline``); the
+    running ones are recorded as sessions, the ended ones collected."""
+    results: list[ClaimResult] = []
+    with trio.CancelScope(deadline=deadline):
+        try:
+            results = await client.claim([c.id for c in found], keep_output=True)
+        except MultiserverError as exc:  # it broke the protocol or hung up
+            return [SweepRow(s, "unresponsive", "retry", detail=str(exc))]
+    if not results:
+        return [unresponsive]
+    rows: list[SweepRow] = []
+    running: list[ChildInfo] = []
+    for result in results:
+        if result.master is not None:
+            os.close(result.master)  # the fd is the app's to take, on attach
+        if result.error is not None or result.child is None:
+            held = result.error is not None and result.error.errno == errno.EBUSY
+            why = result.error.message if result.error else "no child"
+            detail = "already held by another client" if held else why
+            rows.append(SweepRow(s, "live", "skipped", detail=detail))
+        elif result.child.state == "exited":
+            collected = False
+            with trio.CancelScope(deadline=deadline), contextlib.suppress(MultiserverError):
+                await client.collect(result.child.id)
+                collected = True
+            rows.append(_ended_row(s, "live", result.child, collected))
+        else:
+            running.append(result.child)
+    for child in running:
+        rows.append(await _record(client, s, "live", child, sink))
+    return rows
 
 
 async def sweep(

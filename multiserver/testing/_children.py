@@ -6,15 +6,25 @@ from __future__ import annotations
 import itertools
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from multiserver._buffer import OutputBuffer
 from multiserver._messages import ChildInfo
 
-if TYPE_CHECKING:
-    from multiserver.testing._daemon import SimDaemon
+
+class ChildOwner(Protocol):
+    """What a child asks of its daemon (a ``SimDaemon``)."""
+
+    def _holder_number(self, child_id: int) -> int | None:
+        """The number of the connection that holds the child, if any."""
+        ...
+
+    def _child_exited(self, child: SimChild) -> None:
+        """The child has exited: tell the clients."""
+        ...
+
 
 # Above Linux's PID_MAX_LIMIT (2**22) and macOS's 99998: a fake pid can never
 # name a real process, so a stray os.kill on it fails with ESRCH.
@@ -31,7 +41,7 @@ class SimChild:
 
     def __init__(
         self,
-        daemon: SimDaemon,
+        daemon: ChildOwner,
         *,
         id: int,
         name: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import struct
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import attrs
 import trio
@@ -21,9 +21,18 @@ from multiserver._messages import (
     Refused,
     Welcome,
 )
+from multiserver.testing._behavior import Behavior
 
-if TYPE_CHECKING:
-    from multiserver.testing._daemon import SimDaemon
+
+class Intercepted(Protocol):
+    """What the intercept reads of its daemon (a ``SimDaemon``)."""
+
+    instance_id: str
+    received: list[Message]  # every message read, in order
+
+    @property
+    def behavior(self) -> Behavior: ...
+
 
 _VERSION_FIELD = struct.Struct("!H")  # the header's version, right after MAGIC
 _GARBAGE_SIZE = 64
@@ -35,7 +44,7 @@ class BehaviorIntercept:
     ``refuse``, ``wrong_version``, ``garbage`` and ``crash_mid_frame`` to the
     frames of its answer."""
 
-    def __init__(self, daemon: SimDaemon) -> None:
+    def __init__(self, daemon: Intercepted) -> None:
         self._daemon = daemon
         self._rng = random.Random(daemon.instance_id)
 
