@@ -35,7 +35,7 @@ from restore import (
     Window,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REF = RestorationRef("/run/ms/multiserver-daemon-1.socket", "inst-1", 7, 4242)
 
 
