@@ -298,11 +298,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"python -m multiserver: error: {exc} (see --help)", file=sys.stderr)
         raise SystemExit(2) from None
     _daemonized(parsed)
-
-
-__all__ = [
-    "LockBusy",
-    "main",
-    "run_foreground",
-    "sd_notify",
-]

@@ -65,17 +65,3 @@ class ChildFailed(RequestFailed):
     def __init__(self, child_id: int, errno: int, message: str) -> None:
         super().__init__(errno, message)
         self.child_id = child_id
-
-
-__all__ = [
-    "ChildFailed",
-    "ConnectionClosed",
-    "DaemonAlreadyRunning",
-    "DaemonNotRunning",
-    "DaemonTooOld",
-    "MultiserverError",
-    "PeerProtocolError",
-    "RequestFailed",
-    "UnsafeDirectory",
-    "VersionRefused",
-]

@@ -227,6 +227,3 @@ class FramedSocket:
     def fileno(self) -> int:
         """The socket's fd (-1 once closed); still owned here."""
         return self._raw.fileno()
-
-
-__all__ = ["FramedSocket", "IntakeBudget"]

@@ -47,6 +47,7 @@ from restore._plan import (
     decide_unsettled,
     relaunch_notice,
 )
+from restore.store._errors import StoreError
 from restore.store._held import Hold, Key, live_holds
 from restore.store._model import (
     Arrangement,
@@ -55,7 +56,7 @@ from restore.store._model import (
     SavedOutput,
     SessionLeaf,
 )
-from restore.store._store import ArrangementStore, StoreError
+from restore.store._store import ArrangementStore
 
 
 @attrs.define

@@ -27,8 +27,9 @@ import trio
 
 from multiserver import MultiserverError, dial
 from restore._plan import LaunchAnswer, Settled, settle_launch
+from restore.store._errors import StoreError
 from restore.store._model import Arrangement, SessionLeaf
-from restore.store._store import ArrangementStore, StoreError
+from restore.store._store import ArrangementStore
 
 
 @attrs.frozen

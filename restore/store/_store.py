@@ -54,7 +54,7 @@ from typing import TypeVar
 import attrs
 
 from multiserver import ensure_private_dir, state_dir
-from restore.store._errors import StoreCorrupt, StoreError, StoreTooNew, _translated
+from restore.store._errors import StoreCorrupt, StoreTooNew, _translated
 from restore.store._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
 from restore.store._salvage import salvage
 from restore.store._schema import (
@@ -466,15 +466,3 @@ class ArrangementStore:
                 f"{self._path}: schema_version {version} is newer than {SCHEMA_VERSION},"
                 " which this multiserver knows; not changing it"
             )
-
-
-__all__ = [
-    "BUSY_TIMEOUT",
-    "FILE_NAME",
-    "SCHEMA_VERSION",
-    "ArrangementStore",
-    "PendingClose",
-    "StoreCorrupt",
-    "StoreError",
-    "StoreTooNew",
-]
