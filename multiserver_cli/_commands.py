@@ -54,7 +54,6 @@ from multiserver_cli._names import (
     sessions,
     split_target,
 )
-from multiserver_cli._relay import is_terminal, serve_relayed, terminal_size
 from multiserver_cli._sessions import (
     REQUEST_TIMEOUT,
     Located,
@@ -66,21 +65,12 @@ from multiserver_cli._sessions import (
     survey,
 )
 from multiserver_cli._state import end_child, open_store
+from multiserver_cli.attach._tty import is_terminal, say, terminal_size
 from restore import ArrangementStore, SessionLeaf, StoreError
 
 if TYPE_CHECKING:
-    from multiserver_cli._attach import CloseExited
+    from multiserver_cli.attach._attached import CloseExited
     from restore import RemoteSession
-
-
-def say(line: str, at_line_start: bool = False) -> None:
-    """A status line for the person at the terminal, on a line of its own
-    (a new line first unless the output shown last ended one)."""
-    if not is_terminal(1):
-        os.write(sys.stdout.fileno(), f"{line}\n".encode())
-        return
-    lead = "\r" if at_line_start else "\r\n"
-    os.write(sys.stdout.fileno(), (lead + line + "\r\n").encode())
 
 
 def user_shell() -> list[str]:
@@ -181,7 +171,7 @@ def cmd_new(args: Namespace) -> int:
         if isinstance(plan, Found):
             return _attach_found(args, located(plan.session), store)
         _refuse_held(plan)
-        from multiserver_cli import _attach  # only a command that attaches loads it
+        from multiserver_cli.attach import _attached  # only a command that attaches loads it
 
         saved = plan.saved
         argv = args.command or (list(saved.argv) if saved is not None else user_shell())
@@ -216,7 +206,7 @@ def cmd_new(args: Namespace) -> int:
                 return 0
             assert launched.master is not None
             _track(launched.child.name)
-            return _attach.run_attached(
+            return _attached.run_attached(
                 client,
                 launched.child,
                 launched.master,
@@ -286,6 +276,8 @@ def cmd_attach(args: Namespace) -> int:
 
         return remote_attach(host, remote_name, args)
     if args.relay:  # run through ssh by `attach HOST:NAME` elsewhere
+        from multiserver_cli.attach._relay import serve_relayed
+
         serve_relayed()
     name = check_name(args.name)
     if not is_terminal(0):
@@ -313,7 +305,7 @@ def _attach_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
     """Show what an ended session showed last, as an exited live one is
     shown, then forget it (a durable close, as ``kill NAME`` does): it has
     been seen."""
-    from multiserver_cli import _proxy
+    from multiserver_cli.attach import _proxy
 
     assert leaf.exit_code is not None
     replay = (leaf.notice or b"") + (leaf.scrollback or b"")
@@ -326,7 +318,7 @@ def _attach_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
 
 def _attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
     """Attach this terminal to the live session ``found``."""
-    from multiserver_cli import _attach
+    from multiserver_cli.attach import _attached
 
     if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
@@ -349,9 +341,9 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
                 + replay
             )
         if result.master is None:
-            return _attach.attach_exited(client, child, replay, say, _closer(store))
+            return _attached.attach_exited(client, child, replay, say, _closer(store))
         _track(name)
-        return _attach.run_attached(
+        return _attached.run_attached(
             client,
             child,
             result.master,

@@ -18,8 +18,8 @@ import attrs
 from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import print_json, table
-from multiserver_cli._relay import relay_terminal
 from multiserver_cli._sessions import check_name
+from multiserver_cli.attach._relay import relay_terminal
 from restore import (
     SSH_FAILED,
     Host,

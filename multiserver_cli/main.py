@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from multiserver import LockBusy, MultiserverError, default_daemon_number, escaped
 from multiserver_cli._errors import CliError
-from multiserver_cli._keys import parse_key
+from multiserver_cli.attach._keys import parse_key
 
 DEFAULT_DETACH = "^\\"
 

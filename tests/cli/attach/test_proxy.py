@@ -15,8 +15,8 @@ import threading
 import pytest
 
 from multiserver._buffer import OutputBuffer
-from multiserver_cli._attach import _ScreenSaver
-from multiserver_cli._proxy import Screen, _terminal_output, attached_terminal
+from multiserver_cli.attach._attached import _ScreenSaver
+from multiserver_cli.attach._proxy import Screen, _terminal_output, attached_terminal
 
 
 def _read_all(fd: int) -> bytes:

@@ -31,10 +31,11 @@ from multiserver import (
     describe_exit,
     exit_status,
 )
-from multiserver_cli import _proxy, _shown
-from multiserver_cli._daemon_gone import DaemonGone
+from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
-from multiserver_cli._relay import is_terminal, relay_broken, sizes_to, terminal_size
+from multiserver_cli.attach import _proxy
+from multiserver_cli.attach._daemon_gone import DaemonGone
+from multiserver_cli.attach._tty import is_terminal, relay_broken, sizes_to, terminal_size
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Prints a status line; True when the terminal's cursor is at a line start.
