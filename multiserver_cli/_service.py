@@ -28,8 +28,8 @@ import attrs
 from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin
 from multiserver_cli._commands import deadline, describe_daemon
 from multiserver_cli._errors import CliError
-from multiserver_cli._managers import Manager, Systemd, linger_line, service_manager
-from multiserver_cli._units import (
+from multiserver_cli.service._managers import Manager, Systemd, linger_line, service_manager
+from multiserver_cli.service._units import (
     ServiceSpec,
     launcher,
     login_shell,
