@@ -37,7 +37,7 @@ from multiserver import (
     launch_env,
     read_origin,
 )
-from multiserver_cli import _shown, _state
+from multiserver_cli import _scrollback, _shown, _state
 from multiserver_cli._errors import CliError
 from multiserver_cli._format import ls_table, print_json, save_summary
 from multiserver_cli._names import (
@@ -215,7 +215,7 @@ def cmd_new(args: Namespace) -> int:
                 redraw=args.redraw,
                 say=say,
                 close_exited=_closer(store),
-                save_screen=_state.screen_saver(
+                save_screen=_scrollback.screen_saver(
                     store, client.socket_path, client.instance_id, launched.child.id
                 ),
             )
@@ -352,7 +352,7 @@ def _attach_found(args: Namespace, found: Located, store: ArrangementStore | Non
             redraw=args.redraw,
             say=say,
             close_exited=_closer(store),
-            save_screen=_state.screen_saver(
+            save_screen=_scrollback.screen_saver(
                 store, client.socket_path, client.instance_id, child.id
             ),
         )

@@ -33,6 +33,7 @@ from multiserver import (
 )
 from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
+from multiserver_cli._scrollback import SaveScreen, ScreenSaver
 from multiserver_cli.attach import _proxy
 from multiserver_cli.attach._daemon_gone import DaemonGone
 from multiserver_cli.attach._tty import is_terminal, relay_broken, sizes_to, terminal_size
@@ -42,12 +43,6 @@ Redraw = Literal["none", "winch", "ctrl_l"]
 Say = Callable[[str, bool], None]
 # Closes a session whose program exited: collect it, forget its saved session.
 CloseExited = Callable[[SyncClient, ChildInfo], None]
-# Keeps what the terminal showed as the session's saved scrollback (one store
-# transaction); True: the last time, at detach (a failure may then be said).
-SaveScreen = Callable[[bytes, bool], None]
-# While output flows, what the terminal shows is saved at most this often
-# (seconds), from the main thread: the copy loop never waits for the store.
-SAVE_EVERY = 3.0
 # How much of what the terminal showed goes back to the daemon on detach.
 SCREEN_KEEP = 256 * 1024
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
@@ -64,37 +59,6 @@ class _Outcome:
     taken: bool = False
     signal: int | None = None
     reason: str | None = None  # the proxy's, once it returned
-
-
-@attrs.define
-class _ScreenSaver:
-    """Saves what the terminal shows every ``every`` seconds while output
-    flows (``Screen.recorded`` moved since the last save), and not at all
-    while it does not. The first save comes one period in and includes the
-    replay: a relaunch's notice, once shown, lives on in the scrollback."""
-
-    screen: _proxy.Screen
-    save: SaveScreen
-    every: float = SAVE_EVERY
-    _saved: int = 0  # screen.recorded as of the last save
-    _due: float = 0.0
-
-    def __attrs_post_init__(self) -> None:
-        self._due = time.monotonic() + self.every
-
-    def wait(self) -> float:
-        """Seconds until the next save is due."""
-        return max(0.0, self._due - time.monotonic())
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now < self._due:
-            return
-        self._due = now + self.every
-        if self.screen.recorded == self._saved:
-            return
-        data, self._saved = self.screen.snapshot()
-        self.save(data, False)
 
 
 def _size_pty(master: int, rows: int, cols: int) -> None:
@@ -163,8 +127,8 @@ def run_attached(
     PTY) and this thread's, which answers the daemon's notices (taken
     elsewhere, exited) and signals (a size change, a hangup), stops the
     copy loop through its ``ctl`` pipe, and, with ``save_screen``, saves
-    what the terminal shows every SAVE_EVERY seconds while output flows
-    and once more when the session is released (not when it was taken
+    what the terminal shows while output flows (``_scrollback``) and once
+    more when the session is released (not when it was taken
     elsewhere, whose new holder saves it, nor when it exited).
     """
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
@@ -185,7 +149,7 @@ def run_attached(
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_w, False)
     outcome = _Outcome()
-    saver: _ScreenSaver | None = None
+    saver: ScreenSaver | None = None
     # Should the daemon die meanwhile: the session goes on, said so (_daemon_gone).
     gone = DaemonGone.watching(client, child, master, ctl_w)
     copier: threading.Thread | None = None
@@ -217,7 +181,7 @@ def run_attached(
                     os.write(done_w, b"x")
 
             if save_screen is not None:
-                saver = _ScreenSaver(screen, save_screen)
+                saver = ScreenSaver(screen, save_screen)
             copier = threading.Thread(target=copy, name="copy", daemon=True)
             copier.start()
             _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, gone, saver)
@@ -271,7 +235,7 @@ def _watch(
     done_r: int,
     ctl_w: int,
     gone: DaemonGone,
-    saver: _ScreenSaver | None = None,
+    saver: ScreenSaver | None = None,
 ) -> None:
     """Until the copy loop returns: answer notices and signals; stop the
     copy loop (``ctl_w``) when the session is taken, exits or we are told to
