@@ -100,7 +100,7 @@ def cmd_save_from(args: Namespace) -> int:
     with _state.open_store() as store:
         if store is None:
             return 1
-        from multiserver_cli._commands import user_shell
+        from multiserver_cli.commands.new import user_shell
 
         try:
             how = Capture(attached_session, args.adopt_panes, tuple(user_shell()))

@@ -378,25 +378,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Each command's module is imported when it runs. The commands of
-# ``_commands`` are blocking and import no trio (a command is mostly the
+# ``commands.new`` are blocking and import no trio (a command is mostly the
 # interpreter's start-up: trio alone would double it); ``restore`` and
 # ``orphans`` talk to many daemons at once, on trio.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "daemon": ("_commands", "cmd_daemon"),
-    "new": ("_commands", "cmd_new"),
-    "attach": ("_commands", "cmd_attach"),
-    "ls": ("_commands", "cmd_ls"),
-    "peek": ("_commands", "cmd_peek"),
-    "kill": ("_commands", "cmd_kill"),
-    "stop": ("_commands", "cmd_stop"),
-    "save": ("_commands", "cmd_save"),
-    "service": ("_service", "cmd_service"),
-    "restore": ("_restore_cmd", "cmd_restore"),
-    "version": ("_remote_cmd", "cmd_version"),
-    "host": ("_remote_cmd", "cmd_host"),
-    "orphans": ("_restore_cmd", "cmd_orphans"),
+    "daemon": ("commands.new", "cmd_daemon"),
+    "new": ("commands.new", "cmd_new"),
+    "attach": ("commands.new", "cmd_attach"),
+    "ls": ("commands.new", "cmd_ls"),
+    "peek": ("commands.new", "cmd_peek"),
+    "kill": ("commands.new", "cmd_kill"),
+    "stop": ("commands.new", "cmd_stop"),
+    "save": ("commands.new", "cmd_save"),
+    "service": ("commands.service", "cmd_service"),
+    "restore": ("commands.restore", "cmd_restore"),
+    "version": ("commands.host", "cmd_version"),
+    "host": ("commands.host", "cmd_host"),
+    "orphans": ("commands.restore", "cmd_orphans"),
 }
-ON_TRIO = frozenset({"_restore_cmd"})
+ON_TRIO = frozenset({"commands.restore"})
 
 
 Handler = Callable[[argparse.Namespace], int | Awaitable[int]]

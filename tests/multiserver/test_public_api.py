@@ -34,7 +34,7 @@ def test_the_fast_commands_import_no_trio() -> None:
     """attach, new, ls, peek, kill, stop, daemon and save run on the blocking
     client: trio alone would double their start-up."""
     code = (
-        "import sys, importlib; importlib.import_module('multiserver_cli._commands'); "
+        "import sys, importlib; importlib.import_module('multiserver_cli.commands.new'); "
         "from multiserver_cli import main; main.build_parser(); "
         "print(sorted(m for m in ('trio', 'restore._restore', 'adopter') if m in sys.modules))"
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from multiserver import DaemonPaths
-from multiserver_cli._service import cmd_service
+from multiserver_cli.commands.service import cmd_service
 from multiserver_cli.service._managers import Launchd, service_manager
 from multiserver_cli.service._units import (
     RESTORE_START_LIMIT,

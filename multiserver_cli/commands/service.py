@@ -26,8 +26,8 @@ from pathlib import Path
 import attrs
 
 from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin
-from multiserver_cli._commands import deadline, describe_daemon
 from multiserver_cli._errors import CliError
+from multiserver_cli.commands.new import deadline, describe_daemon
 from multiserver_cli.service._managers import Manager, Systemd, linger_line, service_manager
 from multiserver_cli.service._units import (
     ServiceSpec,

@@ -151,7 +151,7 @@ def cmd_stop(args: Namespace) -> int:
 
 def cmd_new(args: Namespace) -> int:
     if args.host is not None:
-        from multiserver_cli._remote_cmd import remote_new
+        from multiserver_cli.commands.host import remote_new
 
         return remote_new(args.host, args)
     name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
@@ -272,7 +272,7 @@ def _closer(store: ArrangementStore | None) -> CloseExited:
 def cmd_attach(args: Namespace) -> int:
     host, remote_name = split_target(args.name)
     if host is not None:
-        from multiserver_cli._remote_cmd import remote_attach
+        from multiserver_cli.commands.host import remote_attach
 
         return remote_attach(host, remote_name, args)
     if args.relay:  # run through ssh by `attach HOST:NAME` elsewhere
@@ -494,7 +494,7 @@ def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, obje
 def cmd_peek(args: Namespace) -> int:
     host, name = split_target(args.name)
     if host is not None:
-        from multiserver_cli._remote_cmd import remote_peek
+        from multiserver_cli.commands.host import remote_peek
 
         return remote_peek(host, name, args)
     if args.bytes is not None and args.bytes < 0:
@@ -537,7 +537,7 @@ def parse_signal(spec: str) -> int:
 def cmd_kill(args: Namespace) -> int:
     host, name = split_target(args.name)
     if host is not None:
-        from multiserver_cli._remote_cmd import remote_kill
+        from multiserver_cli.commands.host import remote_kill
 
         return remote_kill(host, name, args)
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP

@@ -1,0 +1,1 @@
+"""The commands, by module (the blocking ones in ``new``, for now)."""
