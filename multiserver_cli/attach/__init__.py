@@ -9,6 +9,8 @@
 - ``_tty``: the terminal the attach draws on, a tty here or one relayed
   over ssh;
 - ``_relay`` and ``_relay_codec``: that relay, both of its ends;
+- ``_over_ssh``: ``attach HOST:NAME``, this terminal attached to another
+  host's session through ssh, reconnecting after a drop;
 - ``_daemon_gone``: an attached session whose daemon dies;
 - ``_keys``: the detach key.
 

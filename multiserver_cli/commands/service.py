@@ -1,8 +1,8 @@
 """``multiserver service install | uninstall | status``: the daemon as a
 service of the user's service manager (systemd on Linux, launchd on macOS),
 ``multiserver restore`` at login, and the scrollback saver. What is written
-is ``_units``'s; the manager, and its tool, ``_managers``'s (the seam
-between the two); here the command says what it did.
+is ``service/_units``'s; the manager, and its tool, ``service/_managers``'s
+(the seam between the two); here the command says what it did.
 
 Blocking, no trio, like the other one-round-trip commands. Where no systemd
 user manager answers (a container, a system without systemd), ``install``
@@ -18,27 +18,65 @@ then says so, and ``multiserver stop`` ends it later).
 from __future__ import annotations
 
 import os
-import pwd
 import sys
-from argparse import Namespace
-from pathlib import Path
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING
 
 import attrs
 
-from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin
-from multiserver_cli._errors import CliError
-from multiserver_cli.commands.new import deadline, describe_daemon
-from multiserver_cli.service._managers import Manager, Systemd, linger_line, service_manager
-from multiserver_cli.service._units import (
-    ServiceSpec,
-    launcher,
-    login_shell,
-    profile_snippet,
-    settings_from,
+from multiserver_cli._errors import CliError, UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from multiserver import DaemonPaths
+    from multiserver_cli.service._managers import Manager
+    from multiserver_cli.service._units import ServiceSpec
+
+NAME = "service"
+HELP = (
+    "run the daemon as a service of your login (systemd user units; launchd agents on"
+    " macOS) that stays up, and `multiserver restore` at login"
 )
+EXAMPLE = "multiserver service install"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        choices=["install", "uninstall", "status"],
+        help="install: write and enable the units and start the daemon; uninstall: remove them"
+        " (never ending a session); status: what is installed and whether it runs",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="install: the deadline of the restore at login, in seconds (default 5)",
+    )
+
+
+def run(args: Namespace) -> int:
+    if not args.timeout > 0:
+        raise UsageError("--timeout must be > 0")
+    from multiserver import DaemonPaths
+    from multiserver_cli.service._managers import service_manager
+
+    manager = service_manager()
+    paths = DaemonPaths.for_number(args.daemon)
+    if args.action == "install":
+        return _install(manager, service_spec(args), paths)
+    if args.action == "uninstall":
+        return _uninstall(manager, paths)
+    return _status(manager, paths)
 
 
 def service_spec(args: Namespace) -> ServiceSpec:
+    import pwd
+
+    from multiserver_cli.service._units import ServiceSpec, launcher, login_shell, settings_from
+
     try:
         shell = pwd.getpwuid(os.getuid()).pw_shell
     except KeyError:
@@ -64,6 +102,10 @@ class _Running:
 
 def _running(paths: DaemonPaths) -> _Running | None:
     """The daemon on ``paths`` (never started here), or None."""
+    from multiserver import MultiserverError, dial_blocking, read_origin
+    from multiserver_cli._sessions import deadline
+    from multiserver_cli.commands.daemon import describe_daemon
+
     try:
         with dial_blocking(paths.socket, children=False, deadline=deadline()) as client:
             origin = read_origin(paths.lock)
@@ -77,17 +119,10 @@ def _running(paths: DaemonPaths) -> _Running | None:
         return None
 
 
-def cmd_service(args: Namespace) -> int:
-    manager = service_manager()
-    paths = DaemonPaths.for_number(args.daemon)
-    if args.action == "install":
-        return _install(manager, service_spec(args), paths)
-    if args.action == "uninstall":
-        return _uninstall(manager, paths)
-    return _status(manager, paths)
-
-
 def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
+    from multiserver_cli.service._managers import Systemd, linger_line
+    from multiserver_cli.service._units import profile_snippet
+
     problem = manager.problem()
     if problem is not None:
         print(
@@ -157,6 +192,8 @@ def _status(manager: Manager, paths: DaemonPaths) -> int:
 
 def _any_spec() -> ServiceSpec:
     """Only the file names matter (uninstall)."""
+    from multiserver_cli.service._units import ServiceSpec
+
     return ServiceSpec(launcher=("multiserver",))
 
 
