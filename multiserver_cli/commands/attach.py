@@ -124,12 +124,12 @@ def attach_held(
     """Be the terminal of ``child``, whose ``master`` this client holds
     (``_attached.run_attached``): its close and what it shows kept in
     ``store``, and, in a tmux pane or a kitty window, the layout saved
-    with it where it is shown."""
-    from multiserver_cli import _scrollback
+    with it where it is shown (``_pane``, in the background)."""
+    from multiserver_cli import _pane, _scrollback
     from multiserver_cli.attach import _attached
     from multiserver_cli.attach._tty import say
 
-    _track(child.name)
+    _pane.track_pane(child.name)
     return _attached.run_attached(
         client,
         child,
@@ -149,14 +149,3 @@ def _closer(store: ArrangementStore | None) -> CloseExited:
     from multiserver_cli import _state
 
     return lambda client, child: _state.close_exited(store, client, child)
-
-
-def _track(name: str) -> None:
-    """In a tmux pane or a kitty window, the layout is saved with this
-    session where it is shown (``_layouts.track_pane``, in the background)."""
-    import os
-
-    if os.environ.get("TMUX") or os.environ.get("KITTY_WINDOW_ID"):
-        from multiserver_cli import _layouts
-
-        _layouts.track_pane(name)
