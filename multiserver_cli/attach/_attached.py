@@ -134,7 +134,6 @@ def run_attached(
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if not is_terminal(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    name = child.name
     # Attached for as long as the person likes: never hold the directory
     # the command was typed in (the session's program has its own cwd).
     os.chdir("/")
@@ -197,6 +196,26 @@ def run_attached(
             os.close(fd)
         gone.forget()  # the hold, if its daemon died, ended with the master
 
+    return _ended(client, child, outcome, gone, shown, say, close_exited, save_screen)
+
+
+def _ended(
+    client: SyncClient,
+    child: ChildInfo,
+    outcome: _Outcome,
+    gone: DaemonGone,
+    shown: OutputBuffer,
+    say: Say,
+    close_exited: CloseExited,
+    save_screen: SaveScreen | None,
+) -> int:
+    """The attachment is over, the master closed: what became of the
+    session, said on the terminal (which showed ``shown``), and the exit
+    status for the command. Its daemon gone, nothing is released or
+    collected; taken elsewhere, its new holder has it; exited, it is
+    closed; else it is released with the screen it leaves behind, saved
+    as its scrollback once more."""
+    name = child.name
     if gone.happened:  # nothing to release to, nothing to collect from
         return gone.finish(
             outcome.reason, outcome.signal, outcome.exit_code, say, _ends_line(shown)
