@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import sys
 from argparse import ArgumentParser, Namespace
-from typing import TYPE_CHECKING
 
 from multiserver_cli._errors import CliError
-
-if TYPE_CHECKING:
-    from multiserver import SyncClient
 
 NAME = "daemon"
 HELP = "make sure the daemon runs and print its socket path (and say how it was started)"
@@ -40,6 +36,7 @@ def run(args: Namespace) -> int:
     if args.foreground or args.service:
         return _foreground(args)
     from multiserver import DaemonPaths, dial_blocking
+    from multiserver_cli._running import describe_daemon
     from multiserver_cli._sessions import bounded, deadline
 
     paths = DaemonPaths.for_number(args.daemon)
@@ -50,19 +47,6 @@ def run(args: Namespace) -> int:
         print(client.socket_path, flush=True)
         print(describe_daemon(client), file=sys.stderr)
     return 0
-
-
-def describe_daemon(client: SyncClient) -> str:
-    """ "daemon 1 (pid 42) at PATH, started by the service (stays up)": what
-    the daemon wrote in its lock file, if this daemon wrote it (``_origin``)."""
-    from multiserver import DaemonPaths, read_origin
-
-    paths = DaemonPaths.for_socket(client.socket_path)
-    origin = read_origin(paths.lock)
-    head = f"daemon {paths.number} (pid {client.daemon_pid}) at {client.socket_path}"
-    if origin is None or origin.instance_id != client.instance_id:
-        return f"{head}; how it was started is not known (its lock file does not say)"
-    return f"{head}, {origin.lifetime()}"
 
 
 def _foreground(args: Namespace) -> int:

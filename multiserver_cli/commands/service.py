@@ -22,8 +22,6 @@ import sys
 from argparse import ArgumentParser, Namespace
 from typing import TYPE_CHECKING
 
-import attrs
-
 from multiserver_cli._errors import CliError, UsageError
 
 if TYPE_CHECKING:
@@ -90,36 +88,8 @@ def service_spec(args: Namespace) -> ServiceSpec:
     )
 
 
-@attrs.frozen
-class _Running:
-    """The daemon that answers on the service's socket now."""
-
-    pid: int
-    service: bool  # started by the service (its lock file says so)
-    sessions: int
-    line: str  # describe_daemon's
-
-
-def _running(paths: DaemonPaths) -> _Running | None:
-    """The daemon on ``paths`` (never started here), or None."""
-    from multiserver import MultiserverError, dial_blocking, read_origin
-    from multiserver_cli._sessions import deadline
-    from multiserver_cli.commands.daemon import describe_daemon
-
-    try:
-        with dial_blocking(paths.socket, children=False, deadline=deadline()) as client:
-            origin = read_origin(paths.lock)
-            service = (
-                origin is not None
-                and origin.instance_id == client.instance_id
-                and origin.started == "service"
-            )
-            return _Running(client.daemon_pid, service, len(client.list()), describe_daemon(client))
-    except MultiserverError:
-        return None
-
-
 def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
+    from multiserver_cli import _running
     from multiserver_cli.service._managers import Systemd, linger_line
     from multiserver_cli.service._units import profile_snippet
 
@@ -142,7 +112,7 @@ def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
     )
     if isinstance(manager, Systemd) and (linger := manager.linger()) is not True:
         print(linger_line(linger))
-    running = _running(paths)
+    running = _running.running(paths)
     if running is not None and not running.service:
         print(
             f"{running.line}, with {running.sessions} session(s): the service's daemon takes"
@@ -152,11 +122,13 @@ def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
 
 
 def _uninstall(manager: Manager, paths: DaemonPaths) -> int:
+    from multiserver_cli import _running
+
     installed = [p for p in manager.files(_any_spec(), paths) if p.exists()]
     if not installed:
         print(f"nothing to remove: no multiserver service in {manager.dir}")
         return 0
-    running = _running(paths)
+    running = _running.running(paths)
     keep = running is not None and running.service and running.sessions > 0
     if manager.problem() is None:
         manager.disable(stop_daemon=not keep)
@@ -176,13 +148,15 @@ def _uninstall(manager: Manager, paths: DaemonPaths) -> int:
 
 
 def _status(manager: Manager, paths: DaemonPaths) -> int:
+    from multiserver_cli import _running
+
     problem = manager.problem()
     if problem is not None:
         print(f"{problem}: no service; `multiserver service install` says what to do instead")
     else:
         for line in manager.status():
             print(line)
-    running = _running(paths)
+    running = _running.running(paths)
     if running is None:
         print(f"daemon {paths.number}: not running ({paths.socket})")
     else:
