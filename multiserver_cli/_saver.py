@@ -1,7 +1,7 @@
-"""``multiserver save``: keeping the saved arrangement as current as the
-sessions are, so that a restore after a reboot brings back what was there
-a few seconds before it: each session's cwd and title (its foreground
-process's) and, with ``--scrollback``, what it showed.
+"""The saver behind ``multiserver save``: keeping the saved arrangement as
+current as the sessions are, so that a restore after a reboot brings back
+what was there a few seconds before it: each session's cwd and title (its
+foreground process's) and, with ``--scrollback``, what it showed.
 
 Scrollback is written through ``_scrollback``: by the attach client while
 a client holds the session, by this saver, from what its daemon keeps for

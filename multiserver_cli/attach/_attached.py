@@ -1,10 +1,12 @@
-"""``multiserver attach``: hold a session's PTY and be its terminal.
+"""One attachment: hold a session's PTY and be its terminal (``attach``
+and ``new`` do, ``commands/attach.py``).
 
-Sequence: claim (taking it over from any other client) -> replay the output
-buffered while detached, without its queries -> size the PTY to this terminal
-and make full-screen programs redraw -> proxy in raw mode until detach, exit,
-takeover or the terminal going away -> reset the terminal (alternate screen,
-cursor, keys, mouse...) and restore its modes -> release (or collect).
+Sequence: claim (taking it over from any other client; the command's
+part) -> replay the output buffered while detached, without its queries
+-> size the PTY to this terminal and make full-screen programs redraw ->
+proxy in raw mode until detach, exit, takeover or the terminal going away
+-> reset the terminal (alternate screen, cursor, keys, mouse...) and
+restore its modes -> release (or collect).
 """
 
 from __future__ import annotations
