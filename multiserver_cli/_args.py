@@ -89,7 +89,6 @@ def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     the detach key as the byte it sends (``detach_key``; None: ``-E``).
     A bad one is a usage error."""
     from multiserver import default_daemon_number
-    from multiserver_cli.attach._keys import parse_key
 
     args.daemon_given = args.daemon is not None
     try:
@@ -100,6 +99,8 @@ def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     if hasattr(args, "detach_spec"):
+        from multiserver_cli.attach._keys import parse_key
+
         try:
             args.detach_key = None if args.no_detach else parse_key(args.detach_spec)
         except ValueError as exc:
