@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from multiserver_cli import _state, main
+from multiserver_cli import _scrollback, main
 from restore import ArrangementStore
 
 
@@ -48,7 +48,7 @@ def run(argv: list[str]) -> None:
     log, options, args = argv[0], argv[1:split], argv[split + 1 :]
     _count_writes(log)
     if "--no-screen-saving" in options:
-        _state.screen_saver = lambda *_args: None
+        _scrollback.screen_saver = lambda *_args: None
     main.main(args)
 
 

@@ -1,15 +1,20 @@
 """The command line's side of other hosts: asking every configured host at
 once for ``ls`` (each under its own bound, in a thread of its own, so that
 one host that is down or silent is a line that says why, never a wait for
-the others), and the blocking steps of a command through a host (asking
-it, starting a session there, saving it here as ``HOST:NAME``). What the
-answers mean is ``restore.remote``'s (pure); so is the restore's part,
-on trio."""
+the others), and the blocking steps of a command through a host (finding
+the host, asking it, starting a session there, saving it here as
+``HOST:NAME``, passing its output on). What the answers mean is
+``restore.remote``'s (pure); so is the restore's part, on trio."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
 
+import attrs
+
+from multiserver_cli._errors import CliError
 from multiserver_cli._sessions import at_once
 from multiserver_cli._state import open_store, warn
 from restore import (
@@ -22,6 +27,7 @@ from restore import (
     failed_answer,
     host_answer,
     leaf_there,
+    load_hosts,
     parse_listing,
     remote_json,
     run_remote,
@@ -33,6 +39,24 @@ from restore import (
 # connection when one is up).
 LS_TIMEOUT = 8.0
 LS = ["ls", "--json"]
+
+
+def host_of(name: str) -> Host:
+    """The configured host ``name``; CliError listing the known ones if none."""
+    hosts = load_hosts()
+    if name not in hosts:
+        known = ", ".join(sorted(hosts)) or "none: multiserver host add NAME --ssh DEST"
+        raise CliError(f"no host named {name} (hosts: {known})")
+    return hosts[name]
+
+
+def passed(done: subprocess.CompletedProcess[bytes]) -> int:
+    """The remote command's output and status, as if it ran here."""
+    sys.stdout.buffer.write(done.stdout)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(done.stderr)
+    sys.stderr.buffer.flush()
+    return done.returncode
 
 
 def list_hosts(
@@ -116,3 +140,27 @@ def forget_made(name: str) -> None:
                 store.remove_session(name)
         except (StoreError, KeyError) as exc:
             warn(f"{name}: killed there, but not forgotten here: {exc}")
+
+
+def bring_back(host: Host, name: str) -> None:
+    """A saved session that is gone from its host (a deferred host's, whose
+    grace window elapsed while nobody could log in) is started again there
+    in its saved cwd, its marker waiting for the next attach."""
+    from restore import relaunch_notice
+
+    with open_store() as store:
+        leaf = None if store is None else store.load().find(f"{host.name}:{name}")
+        if store is None or leaf is None:
+            return  # not saved here: the host is not asked (the attach says if it is gone)
+        answer = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+        if answer.kind != "listed" or name in answer.sessions:
+            return
+        made = start_there(host, leaf, host.timeout)
+        why = "gone from its host (grace window elapsed, or the host rebooted)"
+        notice = relaunch_notice(leaf, why)
+        try:
+            store.update_session(
+                attrs.evolve(leaf, ref=made.ref, notice=notice, scrollback=None, exit_code=None)
+            )
+        except (StoreError, KeyError) as exc:
+            warn(f"{leaf.name} started again there, but not saved: {exc}")

@@ -1,17 +1,13 @@
-"""``multiserver save``: keeping the saved arrangement as current as the
-sessions are, so that a restore after a reboot brings back what was there
-a few seconds before it: each session's cwd and title (its foreground
-process's) and, with ``--scrollback``, what it showed.
+"""The saver behind ``multiserver save``: keeping the saved arrangement as
+current as the sessions are, so that a restore after a reboot brings back
+what was there a few seconds before it: each session's cwd and title (its
+foreground process's) and, with ``--scrollback``, what it showed.
 
-Who writes a session's scrollback (docs/restore.md, "Scrollback"):
-
-- while a client holds it, that attach client: it alone has what its
-  terminal shows (``_attach``: every few seconds while output flows, and
-  at detach);
-- while nobody holds it, this saver, from what its daemon keeps for it
-  (``Peek``): every such session in one transaction. ``--every S`` runs a
-  pass every S seconds until told to stop (SIGTERM, SIGINT, SIGHUP), with
-  one last pass then: the login service runs it so.
+Scrollback is written through ``_scrollback``: by the attach client while
+a client holds the session, by this saver, from what its daemon keeps for
+it (``Peek``), while nobody does: every such session in one transaction.
+``--every S`` runs a pass every S seconds until told to stop (SIGTERM,
+SIGINT, SIGHUP), with one last pass then: the login service runs it so.
 
 One pass asks the daemons that the saved sessions name (the arrangement's
 refs), never a scan of every socket: a daemon that no saved session lives
@@ -20,9 +16,8 @@ runs for ever never keeps an idle daemon from exiting. Each daemon is asked
 at once (a thread each, bounded by SCAN_TIMEOUT) for its children with their
 foreground process; an unheld child's output is peeked only when its
 daemon's counts moved since the last pass (the first pass peeks them all).
-A held child is its attach client's to save. Outputs go to the store in one
-transaction (an unchanged one is not rewritten), cwd and title changes in
-another. Blocking calls only: no trio.
+Outputs go to the store in one transaction (an unchanged one is not
+rewritten), cwd and title changes in another. Blocking calls only: no trio.
 """
 
 from __future__ import annotations
@@ -49,9 +44,10 @@ from multiserver import (
     runtime_dir,
     try_lock,
 )
+from multiserver_cli import _scrollback
+from multiserver_cli._scrollback import Key, Mark
 from multiserver_cli._sessions import ask_daemon, at_once
 from restore import (
-    SCROLLBACK_LIMIT,
     Arrangement,
     ArrangementStore,
     SavedOutput,
@@ -67,9 +63,6 @@ MIN_EVERY = 1.0
 MAX_EVERY = 86400.0
 # One saver per user at a time (in the runtime dir, next to the daemons' locks).
 LOCK_NAME = "multiserver-saver.lock"
-
-Key = tuple[str, str, int]  # a child: daemon socket, instance, child id (ref_key)
-Mark = tuple[int, int, str]  # its daemon's counts: buffered, dropped, state
 
 
 @attrs.frozen
@@ -104,20 +97,9 @@ def _ask(
     def outputs_of(client: SyncClient) -> _Answer:
         instance = client.instance_id
         children = [c for c in client.list(foreground=True) if (instance, c.id) in wanted]
-        outputs: list[SavedOutput] = []
-        marks: dict[Key, Mark] = {}
-        for c in children if scrollback else ():
-            key = (socket, instance, c.id)
-            if c.held:  # its attach client saves it
-                continue
-            if seen.get(key) == (c.buffered_bytes, c.dropped_bytes, c.state):
-                marks[key] = seen[key]
-                continue
-            peeked = client.peek(c.id, SCROLLBACK_LIMIT)
-            now = peeked.child
-            code = now.exit_code if now.state == "exited" else None
-            outputs.append(SavedOutput(socket, instance, c.id, peeked.output, code))
-            marks[key] = (now.buffered_bytes, now.dropped_bytes, now.state)
+        outputs, marks = (
+            _scrollback.unheld_outputs(client, socket, children, seen) if scrollback else ([], {})
+        )
         return _Answer(socket, instance, children, outputs, marks)
 
     return ask_daemon(Path(socket), outputs_of)
@@ -174,7 +156,7 @@ class Saver:
                 outputs += answer.outputs
                 marks.update(answer.marks)
         changed = self._refresh(store, found)
-        written = len(store.save_outputs(outputs)) if self.scrollback else None
+        written = _scrollback.save_outputs(store, outputs) if self.scrollback else None
         # Children no longer asked about are forgotten.
         self._seen = marks
         live = sum(1 for leaf in leaves if leaf.ref is not None and ref_key(leaf.ref) in found)

@@ -6,16 +6,19 @@ saved arrangement knows is looked up where it lives first: one daemon, one
 round trip, however many sessions the others hold. Otherwise every daemon
 found in the socket dirs is asked, concurrently (a thread each), each under
 its own bound; a daemon that does not answer in time is reported, not
-waited for. Blocking calls only: no trio.
+waited for. A command's own talk with its daemon is bounded too
+(``deadline``, ``bounded``: REQUEST_TIMEOUT), being attached aside.
+Blocking calls only: no trio.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
@@ -43,10 +46,27 @@ from multiserver_cli._names import (
 )
 from restore import ArrangementStore
 
+if TYPE_CHECKING:
+    from restore import SessionLeaf
+
 # How long one daemon may take to say hello before it is reported as unresponsive.
 SCAN_TIMEOUT = 2.0
 # How long a command waits for its daemon (to start, or to answer) at most.
 REQUEST_TIMEOUT = 10.0
+
+
+def deadline() -> float:
+    """The bound of a command's talk with its daemon, from now."""
+    return time.monotonic() + REQUEST_TIMEOUT
+
+
+@contextlib.contextmanager
+def bounded(what: str) -> Iterator[None]:
+    """TimedOut as one line: the daemon took longer than REQUEST_TIMEOUT."""
+    try:
+        yield
+    except TimedOut:
+        raise CliError(f"{what}: the daemon did not answer within {REQUEST_TIMEOUT:g} s") from None
 
 
 def check_name(name: str, *, new: bool = False) -> str:
@@ -213,3 +233,14 @@ def find_session(
 ) -> Located:
     """The live session called ``name`` (see ``lookup``)."""
     return live_or_fail(name, lookup(name, number, command, store))
+
+
+def saved_end(resolution: Resolution | Located) -> SessionLeaf | None:
+    """The saved leaf of a session whose program had ended, unseen, and
+    whose daemon is gone (restore reported it ``ended`` and kept it): its
+    saved output is all there is to show."""
+    if isinstance(resolution, SavedOnly):
+        leaf = resolution.session.leaf
+        if leaf is not None and leaf.exit_code is not None:
+            return leaf
+    return None

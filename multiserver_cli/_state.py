@@ -19,7 +19,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -33,7 +33,7 @@ from multiserver import (
     TimedOut,
     dial_blocking,
 )
-from restore import ArrangementStore, RestorationRef, SavedOutput, SessionLeaf, StoreError
+from restore import ArrangementStore, RestorationRef, SessionLeaf, StoreError
 
 # How long finishing one pending close may take.
 PENDING_TIMEOUT = 3.0
@@ -165,26 +165,6 @@ def close_exited(store: ArrangementStore | None, client: SyncClient, child: Chil
         client.collect(child.id)
     if staged is not None:
         complete_close(store, staged.name, staged.ref)
-
-
-def screen_saver(
-    store: ArrangementStore | None, socket: Path, instance_id: str, child_id: int
-) -> Callable[[bytes, bool], None] | None:
-    """How an attached client keeps what its terminal shows as the saved
-    scrollback of the session whose child it holds (None without a store):
-    one transaction a call. While attached a failure is not said (the
-    terminal is the program's); at detach (``last``) it is."""
-    if store is None:
-        return None
-
-    def save(shown: bytes, last: bool) -> None:
-        try:
-            store.save_outputs([SavedOutput(str(socket), instance_id, child_id, shown)])
-        except StoreError as exc:
-            if last:
-                warn(f"could not save what the session showed: {exc}")
-
-    return save
 
 
 def take_notice(store: ArrangementStore | None, name: str) -> bytes:

@@ -25,6 +25,7 @@ import trio
 
 import multiserver_cli.main as main_module
 from multiserver_cli._sessions import CliError
+from multiserver_cli.commands import ls as ls_command
 from tests.cli.conftest import MULTISERVER, person_env
 from tests.conftest import (
     MsDirs,
@@ -186,7 +187,7 @@ def test_the_error_printer_shows_such_bytes_escaped(
     def failing(args: argparse.Namespace) -> int:
         raise CliError("cannot read " + os.fsdecode(b"/tmp/caf\xe9"))
 
-    monkeypatch.setattr(main_module, "command", lambda name: failing)
+    monkeypatch.setattr(ls_command, "run", failing)
     with pytest.raises(SystemExit) as exit_:
         main_module.main(["ls"])
     assert exit_.value.code == 1

@@ -28,7 +28,7 @@ import attrs
 import pytest
 import trio
 
-from multiserver_cli._layouts import attached_session
+from multiserver_cli.commands.save import attached_session
 from restore._plan import RELAUNCH_MARKER
 from restore.layout._layout import LayoutNode, PaneNode, SplitNode, kitty_pairs
 from tests.cli.conftest import SCREEN_TIMEOUT, ms, person_env, wait_session

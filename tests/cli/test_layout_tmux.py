@@ -26,7 +26,7 @@ import attrs
 import pytest
 import trio
 
-from multiserver_cli._layouts import attached_session
+from multiserver_cli.commands.save import attached_session
 from restore._plan import RELAUNCH_MARKER
 from restore.layout._layout import LayoutNode, PaneNode, SplitNode, parse_tmux_layout
 from restore.layout._terminals import descendants, process_argvs, process_tree

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from multiserver_cli._layouts import attached_session, print_plan
+from multiserver_cli._layouts import print_plan
+from multiserver_cli.commands.save import attached_session
 from restore.layout._layout import open_plan
 from restore.store._model import Arrangement, SessionLeaf, Split, Tab, Window
 

@@ -6,6 +6,7 @@ daemon, every child and every client (attach clients, the saver) is
 SIGKILLed by pid; nothing gets to say goodbye. What a restore brings back
 can then only come from the store: from the attach clients for what they
 showed while attached, from ``multiserver save --scrollback`` for the rest.
+When an attach client saves (``_scrollback.ScreenSaver``) is checked alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import pytest
 import trio
 
 from multiserver import open_client
+from multiserver._buffer import OutputBuffer
 from multiserver_cli import _saver
+from multiserver_cli._scrollback import ScreenSaver
+from multiserver_cli.attach._proxy import Screen
 from restore import ArrangementStore, RestorationRef, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
 from tests.cli.conftest import (
@@ -356,3 +360,24 @@ async def test_restore_keeps_an_ended_session_listed_until_attached_or_killed(
     assert saved_leaf("ender2") is None
     report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
     assert report["sessions"] == []
+
+
+def test_the_screen_is_saved_only_when_due_and_only_if_output_flowed() -> None:
+    screen = Screen(-1, OutputBuffer(99))
+    saved: list[tuple[bytes, bool]] = []
+    saver = ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=0.0)
+    saver.tick()
+    assert saved == []  # nothing shown yet
+    screen.record(b"replay\r\n")
+    saver.tick()
+    assert saved == [(b"replay\r\n", False)]
+    saver.tick()
+    assert len(saved) == 1  # nothing new since
+    screen.record(b"more")
+    saver.tick()
+    assert saved[-1] == (b"replay\r\nmore", False)
+
+    slow = ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=60.0)
+    screen.record(b"!")
+    slow.tick()
+    assert len(saved) == 2 and 59 < slow.wait() <= 60

@@ -8,8 +8,8 @@ import os
 import re
 
 from multiserver_cli._shown import unseen
+from tests.cli.attach.test_attach_terminal import DETACH, start_in_window
 from tests.cli.conftest import INNER_PROMPT, INNER_SH, ms, wait_buffered, wait_session, write_fifo
-from tests.cli.test_attach_terminal import DETACH, start_in_window
 from tests.conftest import MsDirs
 
 

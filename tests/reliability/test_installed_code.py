@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from multiserver import open_client
-from multiserver_cli._units import ServiceSpec, launcher, settings_from
+from multiserver_cli.service._units import ServiceSpec, launcher, settings_from
 from restore import ArrangementStore
 from tests.cli.conftest import MULTISERVER, Terminal, person_env
 from tests.conftest import POLL_INTERVAL, MsDirs, daemon_pids_under, is_alive, stop_daemon_sync

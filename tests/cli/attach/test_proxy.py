@@ -15,8 +15,7 @@ import threading
 import pytest
 
 from multiserver._buffer import OutputBuffer
-from multiserver_cli._attach import _ScreenSaver
-from multiserver_cli._proxy import Screen, _terminal_output, attached_terminal
+from multiserver_cli.attach._proxy import Screen, _terminal_output, attached_terminal
 
 
 def _read_all(fd: int) -> bytes:
@@ -110,24 +109,3 @@ def test_a_snapshot_from_another_thread_never_sees_a_torn_screen() -> None:
         n = recorded // 7
         assert data == b"".join(chunks[n - len(data) // 7 : n])
     assert snapshots[-1][1] == 7 * len(chunks)
-
-
-def test_the_screen_is_saved_only_when_due_and_only_if_output_flowed() -> None:
-    screen = Screen(-1, OutputBuffer(99))
-    saved: list[tuple[bytes, bool]] = []
-    saver = _ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=0.0)
-    saver.tick()
-    assert saved == []  # nothing shown yet
-    screen.record(b"replay\r\n")
-    saver.tick()
-    assert saved == [(b"replay\r\n", False)]
-    saver.tick()
-    assert len(saved) == 1  # nothing new since
-    screen.record(b"more")
-    saver.tick()
-    assert saved[-1] == (b"replay\r\nmore", False)
-
-    slow = _ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=60.0)
-    screen.record(b"!")
-    slow.tick()
-    assert len(saved) == 2 and 59 < slow.wait() <= 60

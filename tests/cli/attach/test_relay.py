@@ -14,7 +14,7 @@ import threading
 import pytest
 from hypothesis import given, strategies as st
 
-from multiserver_cli._relay_codec import (
+from multiserver_cli.attach._relay_codec import (
     Decoder,
     Size,
     encode_input,

@@ -23,7 +23,7 @@ import attrs
 
 from multiserver import DaemonPaths
 from multiserver_cli._errors import CliError
-from multiserver_cli._units import (
+from multiserver_cli.service._units import (
     DAEMON_AGENT,
     DAEMON_UNIT,
     RESTORE_AGENT,

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from multiserver import DaemonPaths
-from multiserver_cli._managers import Launchd, service_manager
-from multiserver_cli._service import cmd_service
-from multiserver_cli._units import (
+from multiserver_cli.commands import service as service_command
+from multiserver_cli.service._managers import Launchd, service_manager
+from multiserver_cli.service._units import (
     RESTORE_START_LIMIT,
     SAVE_STOP_LIMIT,
     ServiceSpec,
@@ -428,7 +428,7 @@ def test_install_then_uninstall_with_launchd(
     domain = f"gui/{os.getuid()}"
 
     def service(action: str) -> list[str]:
-        assert cmd_service(Namespace(action=action, daemon=1, timeout=5.0)) == 0
+        assert service_command.run(Namespace(action=action, daemon=1, timeout=5.0)) == 0
         return capsys.readouterr().out.splitlines()
 
     assert service("install") == [

@@ -13,33 +13,29 @@ remote attach runs with no terminal (``ssh -T``) and is told it has one:
   announced with SIGWINCH, fd 2 joins fd 1 (status lines and errors come
   in order with the output, their line ends as a raw terminal needs).
 
-The rest of the attach asks this module, not ``os.isatty``, whether it
-draws on a terminal (``is_terminal``) and how big it is (``terminal_size``),
-so it behaves the same on a relayed terminal as on a tty: the same detach
-key, replay, redraw, status lines and reset. Only raw mode is not set
-there (``real_tty``): the terminal is raw already, on this side.
+The rest of the attach asks ``_tty``, not ``os.isatty``, whether it draws
+on a terminal and how big it is, so it behaves the same on a relayed
+terminal as on a tty; ``serve_relayed`` makes ``_tty`` say so
+(``use_relayed``). Only raw mode is not set there: the terminal is raw
+already, on this side.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import os
 import select
 import signal
-import struct
 import sys
 import termios
 import threading
 import time
 import tty
-from collections.abc import Callable, Iterator
-
-import attrs
 
 from multiserver_cli._errors import CliError
-from multiserver_cli._relay_codec import Decoder, Size, encode_input, encode_size
+from multiserver_cli.attach._relay_codec import Decoder, Size, encode_input, encode_size
+from multiserver_cli.attach._tty import Relayed, terminal_size, use_relayed
 
 # How long the remote attach waits for the first size (sent at once).
 FIRST_SIZE_WAIT = 15.0
@@ -49,74 +45,6 @@ PENDING_LIMIT = 64 * 1024
 GONE_WAIT = 10.0
 
 
-# Sizes a relayed terminal's new size at once (set by the attach while it
-# holds the session's PTY), before the keys sent after it go on.
-SizeTo = Callable[[int, int], None]
-
-
-@attrs.define
-class _Relayed:
-    size: Size | None
-    size_to: SizeTo | None = None
-    lock: threading.Lock = attrs.Factory(threading.Lock)
-    broken: str | None = None  # why the input stream ended early, if it broke
-
-
-# Set once, by serve_relayed, in a process whose fds 0-2 are the relay.
-_relayed: _Relayed | None = None
-
-
-# --- the seam: a tty here, or one relayed from the other side ----------------------
-
-
-def real_tty(fd: int) -> bool:
-    """A terminal device here (modes can be set on it)."""
-    return os.isatty(fd)
-
-
-def is_terminal(fd: int) -> bool:
-    """Whether ``fd`` (0-2) reaches a person's terminal: a tty here, or the
-    relayed one."""
-    return os.isatty(fd) or (_relayed is not None and fd in (0, 1, 2))
-
-
-def terminal_size(fd: int) -> Size | None:
-    """(rows, cols) of the terminal behind ``fd``, or None if unknown."""
-    if _relayed is not None and fd in (0, 1, 2) and not os.isatty(fd):
-        return _relayed.size if _relayed.size and all(_relayed.size) else None
-    try:
-        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
-    except OSError:
-        return None
-    return (rows, cols) if rows and cols else None
-
-
-@contextlib.contextmanager
-def sizes_to(size_to: SizeTo) -> Iterator[None]:
-    """While attached on a relayed terminal: each new size is given to
-    ``size_to`` by the relay's thread, in the stream's order (keys sent
-    after a resize reach the program after it, as ssh keeps them). Once
-    this exits, ``size_to`` is not running and is not called again. No-op
-    on a tty here (SIGWINCH does it)."""
-    relayed = _relayed
-    if relayed is None:
-        yield
-        return
-    with relayed.lock:
-        relayed.size_to = size_to
-    try:
-        yield
-    finally:
-        with relayed.lock:
-            relayed.size_to = None
-
-
-def relay_broken() -> str | None:
-    """Why the relayed terminal's input ended, if its stream broke the
-    relay's rules (its output may still reach the person), else None."""
-    return None if _relayed is None else _relayed.broken
-
-
 # --- there: attach --relay ---------------------------------------------------------
 
 
@@ -124,7 +52,6 @@ def serve_relayed() -> None:
     """Make fds 0-2 the relayed terminal (see the module's docstring); the
     first size is read before this returns. CliError if it does not come
     within FIRST_SIZE_WAIT, or the stream breaks the relay's rules."""
-    global _relayed
     if os.isatty(0):
         raise CliError(
             "--relay is what `attach HOST:NAME` runs over ssh, not for a terminal:"
@@ -144,7 +71,7 @@ def serve_relayed() -> None:
         first += decoder.feed(data)
         if decoder.error is not None and not any(isinstance(i, tuple) for i in first):
             raise CliError(f"--relay: {decoder.error}")
-    relayed = _Relayed(None)
+    relayed = Relayed(None)
     keys_r, keys_w = os.pipe()
     os.dup2(keys_r, 0)
     os.close(keys_r)
@@ -153,14 +80,14 @@ def serve_relayed() -> None:
     os.dup2(1, 2)
     if isinstance(sys.stderr, io.TextIOWrapper):
         sys.stderr.reconfigure(newline="\r\n")
-    _relayed = relayed
+    use_relayed(relayed)
     _deliver(first, relayed, keys_w)  # nobody is sized yet: SIGWINCH is ignored
     threading.Thread(
         target=_decode, args=(channel, decoder, relayed, keys_w), name="relay", daemon=True
     ).start()
 
 
-def _deliver(items: list[bytes | Size], relayed: _Relayed, keys_w: int) -> None:
+def _deliver(items: list[bytes | Size], relayed: Relayed, keys_w: int) -> None:
     """Decoded input, in order: keystrokes into ``keys_w``; each size kept,
     given to ``size_to`` (the PTY sized before the keys after it go on),
     and announced with SIGWINCH (the daemon is told too)."""
@@ -176,7 +103,7 @@ def _deliver(items: list[bytes | Size], relayed: _Relayed, keys_w: int) -> None:
         os.kill(os.getpid(), signal.SIGWINCH)
 
 
-def _decode(channel: int, decoder: Decoder, relayed: _Relayed, keys_w: int) -> None:
+def _decode(channel: int, decoder: Decoder, relayed: Relayed, keys_w: int) -> None:
     """The channel's input until its end (``_deliver``); ``keys_w`` is
     closed at the end, which the attach sees as its terminal gone."""
     try:

@@ -1,6 +1,7 @@
 """What ``multiserver service install`` writes, as pure functions: the
 systemd user units, the launchd agents, and the shell profile lines where
-neither runs. ``_service`` writes them and drives systemctl or launchctl.
+neither runs. The ``service`` command (``commands/service.py``) writes them;
+``_managers`` drives systemctl or launchctl.
 
 Three jobs, on each system:
 

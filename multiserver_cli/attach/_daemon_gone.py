@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from multiserver import ChildInfo, ConnectionClosed, SyncClient, describe_exit, exit_status
-from multiserver_cli._proxy import EOF, NOTE, TERMINAL_GONE
+from multiserver_cli.attach._proxy import EOF, NOTE, TERMINAL_GONE
 
 if TYPE_CHECKING:
     from restore import HoldRecord

@@ -1,10 +1,12 @@
-"""``multiserver attach``: hold a session's PTY and be its terminal.
+"""One attachment: hold a session's PTY and be its terminal (``attach``
+and ``new`` do, ``commands/attach.py``).
 
-Sequence: claim (taking it over from any other client) -> replay the output
-buffered while detached, without its queries -> size the PTY to this terminal
-and make full-screen programs redraw -> proxy in raw mode until detach, exit,
-takeover or the terminal going away -> reset the terminal (alternate screen,
-cursor, keys, mouse...) and restore its modes -> release (or collect).
+Sequence: claim (taking it over from any other client; the command's
+part) -> replay the output buffered while detached, without its queries
+-> size the PTY to this terminal and make full-screen programs redraw ->
+proxy in raw mode until detach, exit, takeover or the terminal going away
+-> reset the terminal (alternate screen, cursor, keys, mouse...) and
+restore its modes -> release (or collect).
 """
 
 from __future__ import annotations
@@ -31,22 +33,18 @@ from multiserver import (
     describe_exit,
     exit_status,
 )
-from multiserver_cli import _proxy, _shown
-from multiserver_cli._daemon_gone import DaemonGone
+from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
-from multiserver_cli._relay import is_terminal, relay_broken, sizes_to, terminal_size
+from multiserver_cli._scrollback import SaveScreen, ScreenSaver
+from multiserver_cli.attach import _proxy
+from multiserver_cli.attach._daemon_gone import DaemonGone
+from multiserver_cli.attach._tty import is_terminal, relay_broken, sizes_to, terminal_size
 
 Redraw = Literal["none", "winch", "ctrl_l"]
 # Prints a status line; True when the terminal's cursor is at a line start.
 Say = Callable[[str, bool], None]
 # Closes a session whose program exited: collect it, forget its saved session.
 CloseExited = Callable[[SyncClient, ChildInfo], None]
-# Keeps what the terminal showed as the session's saved scrollback (one store
-# transaction); True: the last time, at detach (a failure may then be said).
-SaveScreen = Callable[[bytes, bool], None]
-# While output flows, what the terminal shows is saved at most this often
-# (seconds), from the main thread: the copy loop never waits for the store.
-SAVE_EVERY = 3.0
 # How much of what the terminal showed goes back to the daemon on detach.
 SCREEN_KEEP = 256 * 1024
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
@@ -63,37 +61,6 @@ class _Outcome:
     taken: bool = False
     signal: int | None = None
     reason: str | None = None  # the proxy's, once it returned
-
-
-@attrs.define
-class _ScreenSaver:
-    """Saves what the terminal shows every ``every`` seconds while output
-    flows (``Screen.recorded`` moved since the last save), and not at all
-    while it does not. The first save comes one period in and includes the
-    replay: a relaunch's notice, once shown, lives on in the scrollback."""
-
-    screen: _proxy.Screen
-    save: SaveScreen
-    every: float = SAVE_EVERY
-    _saved: int = 0  # screen.recorded as of the last save
-    _due: float = 0.0
-
-    def __attrs_post_init__(self) -> None:
-        self._due = time.monotonic() + self.every
-
-    def wait(self) -> float:
-        """Seconds until the next save is due."""
-        return max(0.0, self._due - time.monotonic())
-
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now < self._due:
-            return
-        self._due = now + self.every
-        if self.screen.recorded == self._saved:
-            return
-        data, self._saved = self.screen.snapshot()
-        self.save(data, False)
 
 
 def _size_pty(master: int, rows: int, cols: int) -> None:
@@ -162,14 +129,13 @@ def run_attached(
     PTY) and this thread's, which answers the daemon's notices (taken
     elsewhere, exited) and signals (a size change, a hangup), stops the
     copy loop through its ``ctl`` pipe, and, with ``save_screen``, saves
-    what the terminal shows every SAVE_EVERY seconds while output flows
-    and once more when the session is released (not when it was taken
+    what the terminal shows while output flows (``_scrollback``) and once
+    more when the session is released (not when it was taken
     elsewhere, whose new holder saves it, nor when it exited).
     """
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if not is_terminal(stdin):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    name = child.name
     # Attached for as long as the person likes: never hold the directory
     # the command was typed in (the session's program has its own cwd).
     os.chdir("/")
@@ -184,7 +150,7 @@ def run_attached(
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_w, False)
     outcome = _Outcome()
-    saver: _ScreenSaver | None = None
+    saver: ScreenSaver | None = None
     # Should the daemon die meanwhile: the session goes on, said so (_daemon_gone).
     gone = DaemonGone.watching(client, child, master, ctl_w)
     copier: threading.Thread | None = None
@@ -216,7 +182,7 @@ def run_attached(
                     os.write(done_w, b"x")
 
             if save_screen is not None:
-                saver = _ScreenSaver(screen, save_screen)
+                saver = ScreenSaver(screen, save_screen)
             copier = threading.Thread(target=copy, name="copy", daemon=True)
             copier.start()
             _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, gone, saver)
@@ -232,6 +198,26 @@ def run_attached(
             os.close(fd)
         gone.forget()  # the hold, if its daemon died, ended with the master
 
+    return _ended(client, child, outcome, gone, shown, say, close_exited, save_screen)
+
+
+def _ended(
+    client: SyncClient,
+    child: ChildInfo,
+    outcome: _Outcome,
+    gone: DaemonGone,
+    shown: OutputBuffer,
+    say: Say,
+    close_exited: CloseExited,
+    save_screen: SaveScreen | None,
+) -> int:
+    """The attachment is over, the master closed: what became of the
+    session, said on the terminal (which showed ``shown``), and the exit
+    status for the command. Its daemon gone, nothing is released or
+    collected; taken elsewhere, its new holder has it; exited, it is
+    closed; else it is released with the screen it leaves behind, saved
+    as its scrollback once more."""
+    name = child.name
     if gone.happened:  # nothing to release to, nothing to collect from
         return gone.finish(
             outcome.reason, outcome.signal, outcome.exit_code, say, _ends_line(shown)
@@ -270,7 +256,7 @@ def _watch(
     done_r: int,
     ctl_w: int,
     gone: DaemonGone,
-    saver: _ScreenSaver | None = None,
+    saver: ScreenSaver | None = None,
 ) -> None:
     """Until the copy loop returns: answer notices and signals; stop the
     copy loop (``ctl_w``) when the session is taken, exits or we are told to

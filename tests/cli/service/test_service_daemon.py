@@ -25,7 +25,7 @@ import trio
 
 from multiserver._origin import DaemonOrigin
 from tests.cli.conftest import MULTISERVER, person_env, wait_buffered
-from tests.cli.test_service import logged, run_service, tools
+from tests.cli.service.test_service import logged, run_service, tools
 from tests.conftest import (
     START_TIMEOUT,
     MsDirs,

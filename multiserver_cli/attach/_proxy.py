@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from multiserver import OutputBuffer
-from multiserver_cli._relay import is_terminal, real_tty
-from multiserver_cli._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
+from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
+from multiserver_cli.attach._tty import is_terminal, real_tty
 
 READ_SIZE = 65536
 # What one pass reads from the PTY before writing it on: a PTY hands out

@@ -1,5 +1,5 @@
 """The pure pieces of what ``attach`` says to a terminal and lets through
-from it (``multiserver_cli._terminal``): queries stripped from a replay,
+from it (``multiserver_cli.attach._terminal``): queries stripped from a replay,
 answers dropped from input, the reset on the way out.
 
 Real programs' output (vim, top, less, run here on a PTY; skipped where not
@@ -26,7 +26,7 @@ from pathlib import Path
 import pyte
 import pytest
 
-from multiserver_cli._terminal import (
+from multiserver_cli.attach._terminal import (
     SENTINEL,
     AnswerFilter,
     QueryStripper,

@@ -1,8 +1,8 @@
 """``multiserver service install | uninstall | status``: the daemon as a
 service of the user's service manager (systemd on Linux, launchd on macOS),
 ``multiserver restore`` at login, and the scrollback saver. What is written
-is ``_units``'s; the manager, and its tool, ``_managers``'s (the seam
-between the two); here the command says what it did.
+is ``service/_units``'s; the manager, and its tool, ``service/_managers``'s
+(the seam between the two); here the command says what it did.
 
 Blocking, no trio, like the other one-round-trip commands. Where no systemd
 user manager answers (a container, a system without systemd), ``install``
@@ -18,27 +18,63 @@ then says so, and ``multiserver stop`` ends it later).
 from __future__ import annotations
 
 import os
-import pwd
 import sys
-from argparse import Namespace
-from pathlib import Path
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING
 
-import attrs
+from multiserver_cli._errors import CliError, UsageError
 
-from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin
-from multiserver_cli._commands import deadline, describe_daemon
-from multiserver_cli._errors import CliError
-from multiserver_cli._managers import Manager, Systemd, linger_line, service_manager
-from multiserver_cli._units import (
-    ServiceSpec,
-    launcher,
-    login_shell,
-    profile_snippet,
-    settings_from,
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from multiserver import DaemonPaths
+    from multiserver_cli.service._managers import Manager
+    from multiserver_cli.service._units import ServiceSpec
+
+NAME = "service"
+HELP = (
+    "run the daemon as a service of your login (systemd user units; launchd agents on"
+    " macOS) that stays up, and `multiserver restore` at login"
 )
+EXAMPLE = "multiserver service install"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument(
+        "action",
+        choices=["install", "uninstall", "status"],
+        help="install: write and enable the units and start the daemon; uninstall: remove them"
+        " (never ending a session); status: what is installed and whether it runs",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="install: the deadline of the restore at login, in seconds (default 5)",
+    )
+
+
+def run(args: Namespace) -> int:
+    if not args.timeout > 0:
+        raise UsageError("--timeout must be > 0")
+    from multiserver import DaemonPaths
+    from multiserver_cli.service._managers import service_manager
+
+    manager = service_manager()
+    paths = DaemonPaths.for_number(args.daemon)
+    if args.action == "install":
+        return _install(manager, service_spec(args), paths)
+    if args.action == "uninstall":
+        return _uninstall(manager, paths)
+    return _status(manager, paths)
 
 
 def service_spec(args: Namespace) -> ServiceSpec:
+    import pwd
+
+    from multiserver_cli.service._units import ServiceSpec, launcher, login_shell, settings_from
+
     try:
         shell = pwd.getpwuid(os.getuid()).pw_shell
     except KeyError:
@@ -52,42 +88,11 @@ def service_spec(args: Namespace) -> ServiceSpec:
     )
 
 
-@attrs.frozen
-class _Running:
-    """The daemon that answers on the service's socket now."""
-
-    pid: int
-    service: bool  # started by the service (its lock file says so)
-    sessions: int
-    line: str  # describe_daemon's
-
-
-def _running(paths: DaemonPaths) -> _Running | None:
-    """The daemon on ``paths`` (never started here), or None."""
-    try:
-        with dial_blocking(paths.socket, children=False, deadline=deadline()) as client:
-            origin = read_origin(paths.lock)
-            service = (
-                origin is not None
-                and origin.instance_id == client.instance_id
-                and origin.started == "service"
-            )
-            return _Running(client.daemon_pid, service, len(client.list()), describe_daemon(client))
-    except MultiserverError:
-        return None
-
-
-def cmd_service(args: Namespace) -> int:
-    manager = service_manager()
-    paths = DaemonPaths.for_number(args.daemon)
-    if args.action == "install":
-        return _install(manager, service_spec(args), paths)
-    if args.action == "uninstall":
-        return _uninstall(manager, paths)
-    return _status(manager, paths)
-
-
 def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
+    from multiserver_cli import _running
+    from multiserver_cli.service._managers import Systemd, linger_line
+    from multiserver_cli.service._units import profile_snippet
+
     problem = manager.problem()
     if problem is not None:
         print(
@@ -107,7 +112,7 @@ def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
     )
     if isinstance(manager, Systemd) and (linger := manager.linger()) is not True:
         print(linger_line(linger))
-    running = _running(paths)
+    running = _running.running(paths)
     if running is not None and not running.service:
         print(
             f"{running.line}, with {running.sessions} session(s): the service's daemon takes"
@@ -117,11 +122,13 @@ def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
 
 
 def _uninstall(manager: Manager, paths: DaemonPaths) -> int:
+    from multiserver_cli import _running
+
     installed = [p for p in manager.files(_any_spec(), paths) if p.exists()]
     if not installed:
         print(f"nothing to remove: no multiserver service in {manager.dir}")
         return 0
-    running = _running(paths)
+    running = _running.running(paths)
     keep = running is not None and running.service and running.sessions > 0
     if manager.problem() is None:
         manager.disable(stop_daemon=not keep)
@@ -141,13 +148,15 @@ def _uninstall(manager: Manager, paths: DaemonPaths) -> int:
 
 
 def _status(manager: Manager, paths: DaemonPaths) -> int:
+    from multiserver_cli import _running
+
     problem = manager.problem()
     if problem is not None:
         print(f"{problem}: no service; `multiserver service install` says what to do instead")
     else:
         for line in manager.status():
             print(line)
-    running = _running(paths)
+    running = _running.running(paths)
     if running is None:
         print(f"daemon {paths.number}: not running ({paths.socket})")
     else:
@@ -157,6 +166,8 @@ def _status(manager: Manager, paths: DaemonPaths) -> int:
 
 def _any_spec() -> ServiceSpec:
     """Only the file names matter (uninstall)."""
+    from multiserver_cli.service._units import ServiceSpec
+
     return ServiceSpec(launcher=("multiserver",))
 
 

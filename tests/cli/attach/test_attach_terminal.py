@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from multiserver_cli._terminal import SENTINEL
+from multiserver_cli.attach._terminal import SENTINEL
 from tests.cli.conftest import (
     INNER_PROMPT,
     INNER_SH,

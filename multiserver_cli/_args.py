@@ -1,0 +1,167 @@
+"""The command line's grammar, shared by every command: the parser and its
+help formatter, the top-level parser with a sub-parser per command
+(``parser_for``), the option groups several commands take (the detach
+key, what of this environment a session gets, ``--to``), and what the
+shared options become once parsed (``settle``).
+
+A command is a module of ``commands/`` (a ``Command``); this module
+imports none of them: ``main`` hands it its table, and ``save`` the two
+commands whose grammar it reads in a pane's processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Awaitable, Sequence
+from typing import NoReturn, Protocol
+
+DEFAULT_DETACH = "^\\"
+
+
+class Command(Protocol):
+    """What a module of ``commands/`` holds, as tmux's command entry does:
+    its name, one line of help, an example, its argument spec, and what it
+    does (an exit status; async for a command that runs on trio)."""
+
+    NAME: str
+    HELP: str
+    EXAMPLE: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int | Awaitable[int]: ...
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse makes a formatter for every argument it adds (to check it),
+    and a formatter with no width imports shutil (5 ms, with its compression
+    modules) to ask for the terminal's: ask the OS directly."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = os.get_terminal_size(sys.stdout.fileno()).columns
+        except (OSError, ValueError):
+            columns = int(os.environ.get("COLUMNS", "80") or 80)
+        super().__init__(prog, width=max(columns, 40) - 2)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"multiserver: {message} (see: {self.prog} --help)\n")
+
+
+def parser_for(commands: Sequence[Command]) -> argparse.ArgumentParser:
+    """``multiserver [--daemon N] COMMAND ...``: the top-level parser, with a
+    sub-parser for each of ``commands``, in their order."""
+    parser: argparse.ArgumentParser = Parser(
+        prog="multiserver",
+        description="Terminal sessions that outlive their terminal. With no command: attach to the session 'main', creating it if needed.",
+        epilog="examples:\n  multiserver                 # the session 'main'\n  multiserver new -d -n build -- make\n  multiserver ls\n  multiserver attach build",
+        formatter_class=Formatter,
+    )
+    parser.add_argument(
+        "--daemon",
+        type=int,
+        metavar="N",
+        help="new, daemon, stop: use daemon N (default: $MULTISERVER_DAEMON or 1);"
+        " ls, attach, peek, kill: only daemon N's sessions (default: every daemon's)",
+    )
+    subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")
+    for command in commands:
+        sub = subs.add_parser(
+            command.NAME,
+            help=command.HELP,
+            description=command.HELP,
+            epilog=f"example:\n  {command.EXAMPLE}",
+            formatter_class=Formatter,
+        )
+        command.add_arguments(sub)
+    return parser
+
+
+def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The shared options once parsed: the daemon (``--daemon N``, else
+    $MULTISERVER_DAEMON or 1; ``daemon_given``: whether it was said) and
+    the detach key as the byte it sends (``detach_key``; None: ``-E``).
+    A bad one is a usage error."""
+    from multiserver import default_daemon_number
+
+    args.daemon_given = args.daemon is not None
+    try:
+        if args.daemon is None:
+            args.daemon = default_daemon_number()
+        if not 1 <= args.daemon <= 999_999:
+            raise ValueError(f"daemon number must be 1..999999, got {args.daemon}")
+    except ValueError as exc:
+        parser.error(str(exc))
+    if hasattr(args, "detach_spec"):
+        from multiserver_cli.attach._keys import parse_key
+
+        try:
+            args.detach_key = None if args.no_detach else parse_key(args.detach_spec)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+
+def only_daemon(args: argparse.Namespace) -> int | None:
+    """The daemon ``--daemon N`` narrows a command to, if it was given."""
+    number: int | None = args.daemon if args.daemon_given else None
+    return number
+
+
+# --- option groups ---------------------------------------------------------------------
+
+
+def detach_options(p: argparse.ArgumentParser) -> None:
+    """How an attach lets go, and how the program redraws on attach."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "-e",
+        dest="detach_spec",
+        metavar="KEY",
+        default=DEFAULT_DETACH,
+        help="detach key, e.g. ^A (default ^\\)",
+    )
+    g.add_argument("-E", dest="no_detach", action="store_true", help="no detach key")
+    p.add_argument(
+        "-r",
+        dest="redraw",
+        choices=["none", "winch", "ctrl_l"],
+        default="winch",
+        help="how to make the program redraw on attach (default: winch, a size jiggle)",
+    )
+
+
+def env_options(p: argparse.ArgumentParser) -> None:
+    """Where sessions start: what of this environment they do not get."""
+    p.add_argument(
+        "--strip-env",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="leave variables matching this name or glob (e.g. 'AWS_*') out of the session's"
+        " environment; repeatable; adds to $MULTISERVER_STRIP_ENV and the default list"
+        " (*_API_KEY, *_AUTH_TOKEN, GITHUB_TOKEN...: see README)",
+    )
+    p.add_argument(
+        "--keep-env",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="keep variables matching this even if a strip pattern matches them; repeatable;"
+        " adds to $MULTISERVER_KEEP_ENV ('*' strips no credentials)",
+    )
+
+
+def to_option(p: argparse.ArgumentParser) -> None:
+    """Which kitty or tmux a layout is read from or opened in."""
+    p.add_argument(
+        "--to",
+        metavar="ADDRESS",
+        help="kitty: its remote control address (default: $KITTY_LISTEN_ON, or this terminal);"
+        " tmux: its server's socket (default: the one tmux uses)",
+    )

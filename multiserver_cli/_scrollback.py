@@ -1,0 +1,135 @@
+"""Where a session's scrollback is written: the one way into the saved
+arrangement for what a session showed, so that its first attach after a
+reboot shows it (docs/restore.md, "Scrollback").
+
+Who writes it, never two at once for one session:
+
+- while a client holds the session, that attach client: it alone has what
+  its terminal shows. ``ScreenSaver`` saves it every SAVE_EVERY seconds
+  while output flows, and the client once more at detach, each time
+  through ``screen_saver`` (one store transaction);
+- while nobody holds it, the saver (``multiserver save --scrollback``,
+  ``_saver``), from what its daemon keeps for it: ``unheld_outputs`` peeks
+  those of a daemon's children whose counts moved since the saver's last
+  pass, ``save_outputs`` writes a pass's outputs in one transaction.
+
+Blocking calls only: no trio.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from multiserver_cli._state import warn
+from restore import SCROLLBACK_LIMIT, SavedOutput, StoreError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from multiserver import ChildInfo, SyncClient
+    from multiserver_cli.attach._proxy import Screen
+    from restore import ArrangementStore
+
+# Keeps what the terminal showed as the session's saved scrollback (one store
+# transaction); True: the last time, at detach (a failure may then be said).
+SaveScreen = Callable[[bytes, bool], None]
+# While output flows, what the terminal shows is saved at most this often
+# (seconds), from the attach's main thread: the copy loop never waits for the store.
+SAVE_EVERY = 3.0
+
+Key = tuple[str, str, int]  # a child: daemon socket, instance, child id (ref_key)
+Mark = tuple[int, int, str]  # its daemon's counts: buffered, dropped, state
+
+
+# --- while a client holds the session: what its terminal shows ---------------------
+
+
+@attrs.define
+class ScreenSaver:
+    """Saves what the terminal shows every ``every`` seconds while output
+    flows (``Screen.recorded`` moved since the last save), and not at all
+    while it does not. The first save comes one period in and includes the
+    replay: a relaunch's notice, once shown, lives on in the scrollback."""
+
+    screen: Screen
+    save: SaveScreen
+    every: float = SAVE_EVERY
+    _saved: int = 0  # screen.recorded as of the last save
+    _due: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        self._due = time.monotonic() + self.every
+
+    def wait(self) -> float:
+        """Seconds until the next save is due."""
+        return max(0.0, self._due - time.monotonic())
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.every
+        if self.screen.recorded == self._saved:
+            return
+        data, self._saved = self.screen.snapshot()
+        self.save(data, False)
+
+
+def screen_saver(
+    store: ArrangementStore | None, socket: Path, instance_id: str, child_id: int
+) -> SaveScreen | None:
+    """How an attached client keeps what its terminal shows as the saved
+    scrollback of the session whose child it holds (None without a store):
+    one transaction a call. While attached a failure is not said (the
+    terminal is the program's); at detach (``last``) it is."""
+    if store is None:
+        return None
+
+    def save(shown: bytes, last: bool) -> None:
+        try:
+            store.save_outputs([SavedOutput(str(socket), instance_id, child_id, shown)])
+        except StoreError as exc:
+            if last:
+                warn(f"could not save what the session showed: {exc}")
+
+    return save
+
+
+# --- while nobody holds it: what its daemon keeps ----------------------------------
+
+
+def unheld_outputs(
+    client: SyncClient, socket: str, children: Sequence[ChildInfo], seen: dict[Key, Mark]
+) -> tuple[list[SavedOutput], dict[Key, Mark]]:
+    """What the daemon of ``client`` (at ``socket``, as the saved sessions
+    name it) keeps for each of ``children`` that no client holds (a held
+    one is its attach client's to save) and whose counts moved since
+    ``seen``; and each one's counts as of now (``seen``'s for those not
+    peeked again)."""
+    instance = client.instance_id
+    outputs: list[SavedOutput] = []
+    marks: dict[Key, Mark] = {}
+    for c in children:
+        key = (socket, instance, c.id)
+        if c.held:
+            continue
+        if seen.get(key) == (c.buffered_bytes, c.dropped_bytes, c.state):
+            marks[key] = seen[key]
+            continue
+        peeked = client.peek(c.id, SCROLLBACK_LIMIT)
+        now = peeked.child
+        code = now.exit_code if now.state == "exited" else None
+        outputs.append(SavedOutput(socket, instance, c.id, peeked.output, code))
+        marks[key] = (now.buffered_bytes, now.dropped_bytes, now.state)
+    return outputs, marks
+
+
+def save_outputs(store: ArrangementStore, outputs: Sequence[SavedOutput]) -> int:
+    """A pass's outputs, in one transaction; how many saved sessions they
+    went to (one unchanged since it was saved counts, though it is not
+    written again). StoreError if the store cannot take them."""
+    return len(store.save_outputs(outputs))

@@ -1,0 +1,155 @@
+"""``attach HOST:NAME``: this terminal attached to a session of another
+host, through ssh. The remote multiserver's own attach draws, detaches and
+resets the terminal as it does here; this side runs ssh (relayed,
+``_relay``, where the remote can: no PTY of sshd's between the session and
+the link; else ``ssh -tt``) and makes the connection again when it drops.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import termios
+import time
+import tty
+from argparse import Namespace
+from collections.abc import Iterator
+
+from multiserver_cli import _remote
+from multiserver_cli._errors import CliError
+from multiserver_cli._sessions import check_name
+from multiserver_cli._state import open_store, take_notice
+from multiserver_cli._version import compatible
+from multiserver_cli.attach._keys import key_name
+from multiserver_cli.attach._relay import relay_terminal
+from restore import SSH_FAILED, Host, remote_json, ssh_argv
+
+# Reconnecting after a drop: waits double from the first to the last, and
+# it gives up RECONNECT_FOR seconds after the drop.
+RECONNECT_FIRST, RECONNECT_LAST = 0.5, 8.0
+RECONNECT_FOR = 300.0
+# A connection that lasted this long was up: a drop after it starts the
+# waits again from the first.
+WAS_UP = 10.0
+
+
+def attach_there(host_name: str, name: str, args: Namespace) -> int:
+    """``attach HOST:NAME``: one round trip first (``_reach``), the session
+    started again there if it is saved here and gone there
+    (``_remote.bring_back``), its notice shown once, then the remote
+    attach (``interactive``)."""
+    host = _remote.host_of(host_name)
+    check_name(name)
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    relay = _reach(host)
+    _remote.bring_back(host, name)
+    # A session started again there (by restore, or just now): its notice
+    # (the saved scrollback, the marker and why) first, once.
+    with open_store() as store:
+        notice = take_notice(store, f"{host_name}:{name}")
+    if notice:
+        os.write(sys.stdout.fileno(), notice)
+    return interactive(host, ["attach", *detach_words(args), name], args.detach_key, relay)
+
+
+def detach_words(args: Namespace) -> list[str]:
+    """The remote attach's options that say what this one's say."""
+    words = ["-E"] if args.no_detach else ["-e", args.detach_spec]
+    return [*words, "-r", args.redraw]
+
+
+def interactive(
+    host: Host, remote: list[str], detach_key: bytes | None = None, relay: bool | None = None
+) -> int:
+    """The remote ``attach`` on this terminal: the remote multiserver draws,
+    detaches and resets the terminal as it does here. Relayed (``_relay``:
+    ``ssh -T``, no PTY on the host between the session and the link) when
+    the remote can (``relay``: its ``version --json`` said so; None: ask);
+    else through ``ssh -tt``.
+
+    A connection that drops (ssh exits 255, or is killed) is made again,
+    with waits that double up to RECONNECT_LAST, for RECONNECT_FOR seconds
+    at most, each wait said on the terminal; the detach key stops the
+    waiting. The remote session was let go of at the drop (the relay's
+    input ended; through ``-tt``, sshd hung its terminal up), so the next
+    attach replays everything it wrote meanwhile. The terminal's modes are put back after each ssh (one that
+    was killed could not)."""
+    if not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    if relay is None:
+        relay = _reach(host)
+    # A person is here: ssh may ask for a passphrase (the shared connection
+    # is up already, made by _reach, so it seldom has to).
+    if relay:
+        argv = ssh_argv(host, [remote[0], "--relay", *remote[1:]], batch=False)
+    else:
+        argv = ssh_argv(host, remote, tty=True, batch=False)
+    modes = termios.tcgetattr(0)
+    waits = _waits()
+    given_up_at: float | None = None
+    while True:
+        started = time.monotonic()
+        try:
+            status = relay_terminal(argv) if relay else subprocess.run(argv).returncode
+        except FileNotFoundError as exc:
+            raise CliError("ssh is not installed (not on PATH)") from exc
+        finally:
+            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+        if status != SSH_FAILED and status >= 0:
+            return status  # the remote attach's own end: detached, exited
+        now = time.monotonic()
+        if given_up_at is None or now - started >= WAS_UP:
+            given_up_at, waits = now + RECONNECT_FOR, _waits()
+        wait = next(waits)
+        if now + wait > given_up_at:
+            _say(f"[gave up reconnecting to {host.name} after {RECONNECT_FOR:g} s]")
+            return 1
+        stop = "" if detach_key is None else f"; {key_name(detach_key)} to stop"
+        _say(f"[reconnecting to {host.name}... in {wait:g} s{stop}]")
+        if _key_within(detach_key, wait):
+            _say(f"[stopped reconnecting to {host.name}; the session runs on there]")
+            return 0
+
+
+def _reach(host: Host) -> bool:
+    """One round trip first, a person at the terminal (ssh may ask for a
+    passphrase: a deferred host is brought back so): a host that cannot be
+    reached is one line, not a reconnect loop; and the shared connection is
+    up for what follows. Whether its attach can be relayed (``_relay``)."""
+    answer = remote_json(host, ["version", "--json"], timeout=host.timeout, batch=False)
+    compatible(answer, host)
+    features = answer.get("features") if isinstance(answer, dict) else None
+    return isinstance(features, list) and "attach-relay" in features
+
+
+def _waits() -> Iterator[float]:
+    wait = RECONNECT_FIRST
+    while True:
+        yield wait
+        wait = min(RECONNECT_LAST, wait * 2)
+
+
+def _say(line: str) -> None:
+    os.write(sys.stderr.fileno(), f"\r\n{line}\r\n".encode())
+
+
+def _key_within(key: bytes | None, seconds: float) -> bool:
+    """Wait ``seconds``, reading the terminal raw: True if ``key`` came."""
+    end = time.monotonic() + seconds
+    modes = termios.tcgetattr(0)
+    try:
+        tty.setraw(0, termios.TCSANOW)
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([0], [], [], left)
+            if ready:
+                typed = os.read(0, 1024)
+                if not typed:
+                    return True  # the terminal went away
+                if key is not None and key in typed:
+                    return True
+        return False
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, modes)

@@ -1,0 +1,135 @@
+"""What ``restore`` and ``orphans`` print: a restored session and a sweep's
+row as ``--json`` gives them, restore's outcomes as a table, and the file
+through which a restore that waited for another one reports that one's
+outcomes as its own."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from multiserver_cli import _state
+from multiserver_cli._format import print_json, table
+
+if TYPE_CHECKING:
+    from adopter import SweepRow
+    from restore import RestoredSession
+
+# The outcomes of the last restore, for one that waited for it (in the state dir).
+RESTORE_REPORT = "restore-report.json"
+
+
+def session_row(s: RestoredSession) -> dict[str, object]:
+    return {
+        "name": s.leaf.name,
+        "outcome": s.outcome,
+        "daemon": s.daemon,
+        "detail": s.detail,
+        "exit_code": s.exit_code,
+        "seconds": round(s.elapsed, 4),
+    }
+
+
+def sweep_row(r: SweepRow) -> dict[str, object]:
+    return {
+        "socket": r.socket,
+        "state": r.state,
+        "action": r.action,
+        "name": r.name,
+        "detail": r.detail,
+        "exit_code": r.exit_code,
+    }
+
+
+# --- the report a waiting restore reads ----------------------------------------------
+
+
+def identity(path: Path) -> tuple[int, int, int] | None:
+    """Which file ``path`` is now (device, inode, mtime), if it is one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def write_report(path: Path, out: dict[str, object]) -> None:
+    """Whole or not at all (another restore may read it the moment the lock
+    is free); a report that cannot be written costs only the waiter's copy."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with open(fd, "w") as f:
+            json.dump(out, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _state.warn(f"could not keep the restore's report for a restore that waits: {exc}")
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def read_report(path: Path) -> dict[str, object] | None:
+    try:
+        with open(path) as f:
+            out = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return out if isinstance(out, dict) and isinstance(out.get("sessions"), list) else None
+
+
+# --- for a person ------------------------------------------------------------------------
+
+
+def show(out: dict[str, Any], as_json: bool) -> int:
+    """Print a restore's outcomes; its exit status."""
+    status = 0 if out.get("ok") and out.get("saved", True) and out.get("opened_ok", True) else 1
+    if not as_json:
+        for line in out.get("opened", []):
+            print(f"  {line}", file=sys.stderr)
+    if not out.get("saved", True):
+        _state.warn(
+            "the store did not take every outcome (see each session's detail);"
+            " the next restore settles them"
+        )
+    if as_json:
+        print_json(out)
+        return status
+    rows = out["sessions"]
+    table_rows = [
+        [
+            str(r["name"]),
+            str(r["outcome"]),
+            Path(str(r["daemon"])).name or "-",
+            str(r["detail"]),
+            f"{r['seconds']:.3f}s",
+        ]
+        for r in rows
+    ]
+    table_rows += [
+        [
+            str(r["name"] or "-"),
+            f"sweep: {r['action']}",
+            _daemon_label(str(r["socket"])),
+            str(r["detail"]),
+            "",
+        ]
+        for r in out["sweep"]
+    ]
+    if table_rows:
+        print(table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows))
+    else:
+        print("nothing to restore", file=sys.stderr)
+    return status
+
+
+def _daemon_label(socket: str) -> str:
+    """A sweep row's daemon for a person: its socket's file name, after
+    ``HOST:`` for a daemon on another host (``db1:multiserver-daemon-1.socket``)."""
+    host, sep, path = socket.partition(":")
+    if sep and not socket.startswith("/"):
+        return f"{host}:{Path(path).name}"
+    return Path(socket).name

@@ -1,0 +1,151 @@
+"""``multiserver attach NAME``: this terminal attached to a session, taken
+from any client that holds it, until detach; ``HOST:NAME``, a session of
+another host, through ssh. A session whose program ended while nobody
+watched, its daemon gone since, is shown once from the store, then
+forgotten. ``new`` attaches with this command's code too."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING
+
+from multiserver_cli import _args
+from multiserver_cli._errors import CliError
+
+if TYPE_CHECKING:
+    from multiserver import ChildInfo, SyncClient
+    from multiserver_cli._sessions import Located
+    from multiserver_cli.attach._attached import CloseExited
+    from restore import ArrangementStore, SessionLeaf
+
+NAME = "attach"
+HELP = "attach this terminal to a session"
+EXAMPLE = "multiserver attach -e ^A build"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    _args.detach_options(p)
+    # `attach HOST:NAME` runs `attach --relay NAME` there: the terminal is
+    # relayed over ssh's stdin and stdout, not a PTY of sshd's (attach/_relay).
+    p.add_argument("--relay", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("name", metavar="NAME")
+
+
+def run(args: Namespace) -> int:
+    from multiserver_cli import _state
+    from multiserver_cli._names import split_target
+    from multiserver_cli._sessions import check_name, live_or_fail, lookup, saved_end
+    from multiserver_cli.attach._tty import is_terminal
+
+    host, remote_name = split_target(args.name)
+    if host is not None:
+        from multiserver_cli.attach._over_ssh import attach_there
+
+        return attach_there(host, remote_name, args)
+    if args.relay:  # run through ssh by `attach HOST:NAME` elsewhere
+        from multiserver_cli.attach._relay import serve_relayed
+
+        serve_relayed()
+    name = check_name(args.name)
+    if not is_terminal(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    with _state.open_store() as store:
+        resolution = lookup(name, _args.only_daemon(args), "attach", store)
+        ended = saved_end(resolution)
+        if ended is not None:
+            return _show_saved_end(store, ended)
+        return attach_found(args, live_or_fail(name, resolution), store)
+
+
+def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
+    """Show what an ended session showed last, as an exited live one is
+    shown, then forget it (a durable close, as ``kill NAME`` does): it has
+    been seen."""
+    from multiserver import describe_exit, exit_status
+    from multiserver_cli import _state
+    from multiserver_cli.attach import _proxy
+    from multiserver_cli.attach._tty import say
+
+    assert leaf.exit_code is not None
+    replay = (leaf.notice or b"") + (leaf.scrollback or b"")
+    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
+    if _state.stage_close_named(store, leaf.name) is not None:
+        _state.finish_pending_closes(store)
+    say(f"[{leaf.name} {describe_exit(leaf.exit_code)}]", not replay or replay.endswith(b"\n"))
+    return exit_status(leaf.exit_code)
+
+
+def attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
+    """Attach this terminal to the live session ``found`` (``attach NAME``,
+    and ``new -A`` of a session that exists)."""
+    import attrs
+
+    from multiserver import dial_blocking
+    from multiserver_cli import _state
+    from multiserver_cli._sessions import bounded, deadline
+    from multiserver_cli.attach import _attached
+    from multiserver_cli.attach._tty import is_terminal, say
+
+    if not is_terminal(0):
+        raise CliError("attach needs a terminal: stdin is not a tty")
+    name = found.child.name  # the name the user knows it by
+    with (
+        bounded("attach"),
+        dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+    ):
+        # keep_output: if this client dies before it releases, the daemon
+        # still has the output it was about to show.
+        (result,) = client.claim([found.child.id], steal=True, keep_output=True)
+        if result.error is not None:
+            raise CliError(f"cannot attach to {name}: {result.error.message}")
+        assert result.child is not None
+        child = attrs.evolve(result.child, name=name)
+        replay = _state.take_notice(store, name) + result.output
+        if result.dropped:
+            replay = (
+                f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
+                + replay
+            )
+        if result.master is None:
+            return _attached.attach_exited(client, child, replay, say, _closer(store))
+        return attach_held(args, client, child, result.master, replay, store)
+
+
+def attach_held(
+    args: Namespace,
+    client: SyncClient,
+    child: ChildInfo,
+    master: int,
+    replay: bytes,
+    store: ArrangementStore | None,
+) -> int:
+    """Be the terminal of ``child``, whose ``master`` this client holds
+    (``_attached.run_attached``): its close and what it shows kept in
+    ``store``, and, in a tmux pane or a kitty window, the layout saved
+    with it where it is shown (``_pane``, in the background)."""
+    from multiserver_cli import _pane, _scrollback
+    from multiserver_cli.attach import _attached
+    from multiserver_cli.attach._tty import say
+
+    _pane.track_pane(child.name)
+    return _attached.run_attached(
+        client,
+        child,
+        master,
+        replay=replay,
+        detach_key=args.detach_key,
+        redraw=args.redraw,
+        say=say,
+        close_exited=_closer(store),
+        save_screen=_scrollback.screen_saver(
+            store, client.socket_path, client.instance_id, child.id
+        ),
+    )
+
+
+def _closer(store: ArrangementStore | None) -> CloseExited:
+    from multiserver_cli import _state
+
+    return lambda client, child: _state.close_exited(store, client, child)

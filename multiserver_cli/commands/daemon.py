@@ -1,0 +1,77 @@
+"""``multiserver daemon``: make sure the daemon runs (starting it if need
+be), print its socket on stdout and say on stderr how it was started;
+``--foreground`` and ``--service`` run it in this process instead."""
+
+from __future__ import annotations
+
+import sys
+from argparse import ArgumentParser, Namespace
+
+from multiserver_cli._errors import CliError
+
+NAME = "daemon"
+HELP = "make sure the daemon runs and print its socket path (and say how it was started)"
+EXAMPLE = "multiserver daemon --foreground"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--foreground",
+        action="store_true",
+        help="run the daemon in this process (it exits when idle, as one started on demand)",
+    )
+    g.add_argument(
+        "--service",
+        action="store_true",
+        help="run the daemon in this process for a service manager (what `multiserver service"
+        " install` sets up): it stays up with no sessions, waits for a daemon started on demand"
+        " to exit first, and tells systemd when it is ready",
+    )
+
+
+def run(args: Namespace) -> int:
+    """The socket on stdout (for scripts), and how the daemon was started on
+    stderr (for a person)."""
+    if args.foreground or args.service:
+        return _foreground(args)
+    from multiserver import DaemonPaths, dial_blocking
+    from multiserver_cli._running import describe_daemon
+    from multiserver_cli._sessions import bounded, deadline
+
+    paths = DaemonPaths.for_number(args.daemon)
+    with (
+        bounded("daemon"),
+        dial_blocking(paths, start=True, children=False, deadline=deadline()) as client,
+    ):
+        print(client.socket_path, flush=True)
+        print(describe_daemon(client), file=sys.stderr)
+    return 0
+
+
+def _foreground(args: Namespace) -> int:
+    """The daemon itself, in this process, until it exits."""
+    import logging
+
+    from multiserver import DaemonPaths, LockBusy, config_from_env, run_foreground
+
+    paths = DaemonPaths.for_number(args.daemon)
+    try:
+        config = config_from_env()
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s multiserver[%(process)d] %(levelname)s %(message)s",
+    )
+    try:
+        run_foreground(
+            paths,
+            config,
+            on_ready=lambda: print(paths.socket, flush=True),
+            service=args.service,
+        )
+    except LockBusy:
+        raise CliError(f"a daemon already runs on {paths.socket}") from None
+    return 0

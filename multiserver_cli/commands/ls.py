@@ -1,0 +1,173 @@
+"""``multiserver ls``: the sessions of every daemon (``--daemon N``: of
+daemon N) and of every configured host, each under the name ``attach``
+takes, with what it wrote since its last detach (WAITING, ``_shown``);
+sessions whose program ended unseen, their daemon gone, too. A daemon or
+a host that could not be read is said, and fails the command."""
+
+from __future__ import annotations
+
+import sys
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING
+
+from multiserver_cli import _args
+
+if TYPE_CHECKING:
+    from multiserver import ChildInfo
+    from multiserver_cli._names import Session
+    from restore import RemoteSession, SessionLeaf
+
+NAME = "ls"
+HELP = "list the sessions of every daemon"
+EXAMPLE = "multiserver ls --json"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="for scripts: one JSON array with an object per session (one line when piped)",
+    )
+
+
+def run(args: Namespace) -> int:
+    import time
+
+    from multiserver_cli import _shown, _state
+    from multiserver_cli._format import ls_table, print_json
+    from multiserver_cli._names import SavedOnly, sessions
+    from multiserver_cli._sessions import saved_end, survey
+
+    with _state.open_store() as store:
+        view = survey(store, _args.only_daemon(args))
+    for problem in view.problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
+    # Each child under the name `attach` takes: its saved session's, if any.
+    every = sessions(view)
+    rows = [s for s in every if s.child is not None]
+    # Programs that ended unseen, their daemon gone: kept until seen (attach, peek).
+    ended = [e for s in every if s.child is None and (e := saved_end(SavedOnly(s)))]
+    records = _shown.load()
+    waiting = [_waiting(s, records) for s in rows]
+    _shown.prune(
+        records,
+        {(s.instance_id, s.child.id) for s in rows if s.child is not None},
+        {d.instance_id for d in view.daemons},
+        all_seen=not args.daemon_given and not view.problems,
+    )
+    remote, remote_problems = _remote_sessions(args)
+    for problem in remote_problems:
+        print(f"multiserver: {problem}", file=sys.stderr)
+    if args.json:
+        print_json(
+            [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
+            + [_saved_end_json(leaf) for leaf in ended]
+            + [{**r.raw, "host": r.host} for r in remote]
+        )
+    elif rows or ended or remote:
+        daemons = [s.daemon for s in rows] + [r.host for r in remote]
+        print(
+            ls_table(
+                [s.child for s in rows if s.child is not None] + [r.child for r in remote],
+                time.time(),
+                daemons=daemons if len(set(daemons)) > 1 else None,
+                waiting=waiting + [r.waiting for r in remote],
+                ended=ended,
+            )
+        )
+    elif not view.problems and not remote_problems:
+        print("no sessions", file=sys.stderr)
+    # A daemon or a host that could not be read is not "no sessions": say
+    # so, and fail.
+    return 1 if view.problems or remote_problems else 0
+
+
+def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
+    """The sessions of every configured host (none when ``--daemon N``
+    narrows ls to a local daemon)."""
+    if args.daemon_given:
+        return [], []
+    from restore import load_hosts
+
+    hosts = load_hosts()
+    if not hosts:
+        return [], []
+    from multiserver_cli._remote import list_hosts
+
+    return list_hosts(list(hosts.values()))
+
+
+def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
+    """WAITING of a live session: None while held; else what it wrote since
+    its last detach (``_shown``)."""
+    from multiserver_cli import _shown
+
+    c = s.child
+    assert c is not None
+    if c.held:
+        return None
+    return _shown.unseen(c.buffered_bytes, c.dropped_bytes, records.get((s.instance_id, c.id), 0))
+
+
+def child_json(
+    child: ChildInfo, socket: str, instance_id: str, *, saved: bool
+) -> dict[str, object]:
+    """A session for ``ls --json``; ``saved``: whether a saved session refers to it."""
+    from multiserver import escaped
+
+    return {
+        "name": child.name,
+        "id": child.id,
+        "pid": child.pid,
+        "state": child.state,
+        "exit_code": child.exit_code,
+        # bytes: an argv or cwd that is not UTF-8 escaped (caf\xe9), as `ls` shows it.
+        "argv": [escaped(a) for a in child.argv],
+        "cwd": escaped(child.cwd),
+        "tty": child.tty,
+        "held": child.held,
+        "buffered_bytes": child.buffered_bytes,
+        "dropped_bytes": child.dropped_bytes,
+        "started_at": child.started_at,
+        "exited_at": child.exited_at,
+        "linger": child.linger,
+        "socket": socket,
+        "daemon_instance": instance_id,
+        "saved": saved,
+    }
+
+
+def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
+    """An ended session whose daemon is gone, for ``ls --json``: the fields
+    of a live one, those only a live child has null, ``saved`` true."""
+    from multiserver import escaped
+
+    ref = leaf.ref
+    return {
+        "name": leaf.name,
+        "id": None,
+        "pid": None,
+        "state": "exited",
+        "exit_code": leaf.exit_code,
+        "argv": [escaped(a) for a in leaf.argv],
+        "cwd": escaped(leaf.cwd),
+        "tty": None,
+        "held": False,
+        "buffered_bytes": len(leaf.scrollback or b""),
+        "dropped_bytes": 0,
+        "started_at": leaf.created_at or None,
+        "exited_at": None,
+        "linger": None,
+        "socket": None if ref is None else ref.socket,
+        "daemon_instance": None if ref is None else ref.instance_id,
+        "saved": True,
+        "waiting_bytes": len(leaf.scrollback or b""),
+        "waiting_dropped_bytes": 0,
+    }
+
+
+def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:
+    assert s.child is not None
+    out = child_json(s.child, s.socket, s.instance_id, saved=s.saved)
+    out["waiting_bytes"], out["waiting_dropped_bytes"] = waiting or (0, 0)
+    return out

@@ -1,0 +1,244 @@
+"""``multiserver new``: start a session and attach this terminal to it.
+``-d`` leaves it detached and prints its name; ``-A`` attaches to the
+session of that name if there is one (a saved one that is not running is
+started again from its saved command and cwd); ``--host`` starts it on
+another host, through ssh. Its name is one no session has on any daemon
+(``_names``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING, Any
+
+from multiserver_cli import _args
+from multiserver_cli._errors import CliError, UsageError
+
+if TYPE_CHECKING:
+    from multiserver import LaunchResult, SyncClient
+    from multiserver_cli._names import Create, Survey
+    from restore import ArrangementStore
+
+NAME = "new"
+HELP = "start a session and attach to it (-d: leave it detached)"
+EXAMPLE = "multiserver new -n build -d -- make -j4"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument(
+        "-n",
+        "--name",
+        help="session name, unused on every daemon (default: the smallest free number)",
+    )
+    p.add_argument(
+        "-d", "--detach", action="store_true", help="do not attach; print the session's name"
+    )
+    p.add_argument(
+        "-A",
+        dest="attach_existing",
+        action="store_true",
+        help="attach if a session NAME exists (a saved one that is not running is started"
+        " again from its saved command and cwd), else create it",
+    )
+    p.add_argument("--cwd", metavar="DIR", help="working directory (default: this one)")
+    p.add_argument(
+        "--linger",
+        type=float,
+        metavar="SECONDS",
+        help="end the session after it has been detached this long",
+    )
+    p.add_argument(
+        "--window", default="main", help="window of the saved arrangement (default: main)"
+    )
+    p.add_argument(
+        "--host",
+        metavar="HOST",
+        help="start it on that host (multiserver host add), with the host's grace window"
+        " as its --linger",
+    )
+    _args.env_options(p)
+    _args.detach_options(p)
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARG...",
+        help="command (default: your shell)",
+    )
+
+
+def run(args: Namespace) -> int:
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if args.linger is not None and args.linger < 0:
+        raise UsageError("--linger must be >= 0")
+    if args.host is not None:
+        return _new_there(args.host, args)
+    from multiserver_cli import _state
+    from multiserver_cli._names import Found, Refused, plan_new
+    from multiserver_cli._sessions import check_name, located, scope_of, survey
+
+    name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
+    if args.attach_existing and name is None:
+        raise CliError("-A needs a session name (-n NAME)", 2)
+    if not args.detach and not os.isatty(0):
+        # Checked before launching: else the session would be left running, held by nobody.
+        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
+    with _state.open_store() as store:
+        # Every daemon, whatever --daemon says: a name is one session's across them all.
+        view = survey(store)
+        scope = scope_of(_args.only_daemon(args))
+        plan = plan_new(view, name, attach_existing=args.attach_existing, scope=scope)
+        if isinstance(plan, Refused):
+            raise CliError(plan.message)
+        if isinstance(plan, Found):
+            from multiserver_cli.commands.attach import attach_found
+
+            return attach_found(args, located(plan.session), store)
+        _refuse_held(plan)
+        return _create(args, plan, view, store)
+
+
+def user_shell() -> list[str]:
+    """What a session runs when no command is given: the user's shell."""
+    import pwd
+
+    shell = os.environ.get("SHELL")
+    if not shell:
+        try:
+            shell = pwd.getpwuid(os.getuid()).pw_shell
+        except KeyError:
+            shell = ""
+    return [shell or "/bin/sh"]
+
+
+def _refuse_held(plan: Create) -> None:
+    """A saved session that ``new -A`` would start again, whose daemon died
+    under a client that still shows it (``restore.live_holds``): starting
+    it would make a second copy."""
+    ref = plan.saved.ref if plan.saved is not None else None
+    if ref is None:
+        return
+    from restore import live_holds
+
+    hold = live_holds().get((ref.instance_id, ref.child_id))
+    if hold is not None:
+        raise CliError(
+            f"{plan.name} is held by a client whose daemon died (pid {hold.client_pid}), in"
+            " another terminal: detach there (it then ends), then start it again"
+        )
+
+
+def _create(args: Namespace, plan: Create, view: Survey, store: ArrangementStore | None) -> int:
+    """Launch the session ``plan`` says, save it, and attach to it (or,
+    with ``-d``, print its name)."""
+    from multiserver import DaemonPaths, dial_blocking, launch_env
+    from multiserver_cli import _state
+    from multiserver_cli._sessions import bounded, deadline
+    from multiserver_cli.attach._tty import terminal_size
+    from multiserver_cli.commands.attach import attach_held
+
+    saved = plan.saved
+    argv = args.command or (list(saved.argv) if saved is not None else user_shell())
+    if args.cwd:
+        cwd = os.path.abspath(args.cwd)
+    elif saved is not None:
+        cwd = saved.cwd if os.path.isdir(saved.cwd) else os.path.expanduser("~")
+    else:
+        cwd = os.getcwd()
+    size = terminal_size(0) or (24, 80)
+    paths = DaemonPaths.for_number(args.daemon)
+    with (
+        bounded("new"),
+        dial_blocking(paths, start=True, children=False, deadline=deadline()) as client,
+    ):
+        launched = _launch(
+            client,
+            plan,
+            view,
+            argv,
+            env=launch_env(os.environ, args.strip_env, args.keep_env),
+            cwd=cwd,
+            rows=size[0],
+            cols=size[1],
+            linger=args.linger,
+            hold=not args.detach,
+        )
+        _state.record_new(
+            store, launched.child, client.socket_path, client.instance_id, args.window, argv
+        )
+        if args.detach:
+            print(launched.child.name)
+            return 0
+        assert launched.master is not None
+        return attach_held(args, client, launched.child, launched.master, b"", store)
+
+
+def _launch(
+    client: SyncClient, plan: Create, view: Survey, argv: list[str], **launch: Any
+) -> LaunchResult:
+    """Launch under the plan's name. A default name the daemon refuses as
+    taken (another ``new`` took it meanwhile) gives way to the next free one,
+    NAME_TRIES times at most; an explicit one is the user's and is refused."""
+    import errno
+
+    from multiserver import RequestFailed
+    from multiserver_cli._names import NAME_TRIES, pick_default
+
+    name = plan.name
+    refused: list[str] = []
+    while True:
+        try:
+            return client.launch(argv, name=name, **launch)
+        except RequestFailed as exc:
+            if exc.errno != errno.EEXIST or plan.explicit or len(refused) + 1 >= NAME_TRIES:
+                raise CliError(exc.message) from None
+            refused.append(name)
+            name = pick_default(view, refused)
+
+
+def _new_there(host_name: str, args: Namespace) -> int:
+    """``new --host H``: the session starts there, with the host's grace
+    window as its linger (unless ``--linger`` says otherwise), made
+    detached, then attached: an attach is what reconnects after a drop (a
+    second ``new`` would find the name taken). It is saved here as
+    HOST:NAME, for restore."""
+    import attrs
+
+    from multiserver_cli import _remote
+    from multiserver_cli._sessions import check_name
+    from multiserver_cli.attach import _over_ssh
+    from restore import run_remote
+
+    host = _remote.host_of(host_name)
+    if args.attach_existing:
+        if args.name is None:
+            raise CliError("-A needs a session name (-n NAME)", 2)
+        there = _remote.ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+        if there.kind == "listed" and args.name in there.sessions:
+            if args.detach:
+                print(args.name)
+                return 0
+            return _over_ssh.attach_there(host_name, args.name, args)
+    remote = ["new"]
+    if args.name is not None:
+        remote += ["-n", check_name(args.name, new=True)]
+    linger = args.linger if args.linger is not None else host.grace
+    if linger is not None:
+        remote += ["--linger", f"{linger:g}"]
+    if args.cwd:
+        remote += ["--cwd", args.cwd]
+    remote.append("-d")
+    if args.command:
+        remote += ["--", *args.command]
+    if not args.detach and not os.isatty(0):
+        raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
+    made = run_remote(host, remote, timeout=host.timeout)
+    name = made.stdout.decode(errors="replace").strip()
+    if made.returncode != 0 or not name:
+        return _remote.passed(made)
+    _remote.record_made(host, check_name(name))  # saved here as HOST:NAME, for restore
+    if args.detach:
+        return _remote.passed(made)
+    words = ["attach", *_over_ssh.detach_words(args), check_name(name)]
+    return _over_ssh.interactive(host, words, args.detach_key)

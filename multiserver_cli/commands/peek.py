@@ -1,0 +1,66 @@
+"""``multiserver peek NAME``: print what a session has kept of its output
+(what ``attach`` would replay) without attaching; ``HOST:NAME`` through
+ssh. A session whose program ended unseen, its daemon gone, shows its
+saved output."""
+
+from __future__ import annotations
+
+import sys
+from argparse import ArgumentParser, Namespace
+
+from multiserver_cli import _args
+from multiserver_cli._errors import CliError
+
+NAME = "peek"
+HELP = "print a session's kept output (what attach replays) without attaching"
+EXAMPLE = "multiserver peek --bytes 4096 build"
+
+
+def add_arguments(p: ArgumentParser) -> None:
+    p.add_argument(
+        "--bytes", type=int, metavar="N", help="at most the last N bytes (from a line start)"
+    )
+    p.add_argument("name", metavar="NAME")
+
+
+def run(args: Namespace) -> int:
+    from multiserver_cli._names import split_target
+
+    host, name = split_target(args.name)
+    if host is not None:
+        return _peek_there(host, name, args)
+    from multiserver import dial_blocking
+    from multiserver_cli import _state
+    from multiserver_cli._sessions import bounded, deadline, live_or_fail, lookup, saved_end
+
+    if args.bytes is not None and args.bytes < 0:
+        raise CliError("--bytes must be >= 0", 2)
+    with _state.open_store() as store:
+        resolution = lookup(args.name, _args.only_daemon(args), "peek", store)
+        ended = saved_end(resolution)
+        if ended is not None:
+            output = ended.scrollback or b""
+            n = len(output) if args.bytes is None else min(args.bytes, len(output))
+            sys.stdout.buffer.write(output[len(output) - n :])
+            sys.stdout.buffer.flush()
+            return 0
+        found = live_or_fail(args.name, resolution)
+    with (
+        bounded("peek"),
+        dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+    ):
+        result = client.peek(found.child.id, args.bytes)
+    sys.stdout.buffer.write(result.output)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _peek_there(host_name: str, name: str, args: Namespace) -> int:
+    """``peek HOST:NAME``: the host's own peek, its output passed on."""
+    from multiserver_cli._remote import host_of, passed
+    from multiserver_cli._sessions import check_name
+    from restore import run_remote
+
+    host = host_of(host_name)
+    extra = [] if args.bytes is None else ["--bytes", str(args.bytes)]
+    return passed(run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout))
