@@ -164,7 +164,7 @@ def relay_terminal(argv: list[str]) -> int:
 
         waiter = threading.Thread(target=wait, name="ssh", daemon=True)
         waiter.start()
-        gone = _pump(stdin, to_ssh, sig_r, done_r, bytearray(encode_size(*size)))
+        gone = _pump(stdin, to_ssh, sig_r, done_r, size)
         os.close(to_ssh)  # its end of input: the remote attach lets go
         to_ssh = -1
         if gone:
@@ -188,9 +188,11 @@ def relay_terminal(argv: list[str]) -> int:
             termios.tcsetattr(stdin, termios.TCSADRAIN, modes)
 
 
-def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, pending: bytearray) -> bool:
+def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, said: Size) -> bool:
     """Until ssh exits (``done_r``; False) or the terminal is gone (True):
-    the terminal's input and its sizes (``sig_r``: SIGWINCH) to ssh."""
+    the terminal's input and its sizes (``sig_r``: SIGWINCH; ``said``: the
+    first, sent before anything else) to ssh."""
+    pending = bytearray(encode_size(*said))
     poller = select.poll()
     poller.register(done_r, select.POLLIN)
     poller.register(sig_r, select.POLLIN)
@@ -216,8 +218,7 @@ def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, pending: bytearray) 
         if done_r in ready:
             return False
         signals = os.read(sig_r, 64) if sig_r in ready else b""
-        if signal.SIGWINCH in signals and (size := terminal_size(stdin)):
-            pending += encode_size(*size)
+        typed = b""
         if stdin in ready:
             try:
                 typed = os.read(stdin, 65536)
@@ -225,7 +226,16 @@ def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, pending: bytearray) 
                 typed = b""
             if not typed:
                 return True
-            pending += encode_input(typed)
+        # Keys read are followed by a look at the size, SIGWINCH or not: poll
+        # can say stdin before the signal's handler has run (the kernel runs
+        # it as poll returns), and keys typed after a resize must go after
+        # its size. Asked after the read, the size is at least as new as the
+        # keys (a terminal resizes before it sends what is typed next).
+        asked = typed or signal.SIGWINCH in signals
+        if asked and (size := terminal_size(stdin)) and size != said:
+            pending += encode_size(*size)
+            said = size
+        pending += encode_input(typed)
         if to_ssh in ready:
             try:
                 del pending[: os.write(to_ssh, pending)]
