@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -31,8 +31,22 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from multiserver import ChildInfo, SyncClient
-    from multiserver_cli.attach._proxy import Screen
     from restore import ArrangementStore
+
+
+class Shown(Protocol):
+    """What a terminal shows, as the attach's copy loop records it
+    (``attach._proxy.Screen``)."""
+
+    @property
+    def recorded(self) -> int:
+        """Bytes recorded so far (it moves while output flows)."""
+        ...
+
+    def snapshot(self) -> tuple[bytes, int]:
+        """What is shown now, and ``recorded`` as of it."""
+        ...
+
 
 # Keeps what the terminal showed as the session's saved scrollback (one store
 # transaction); True: the last time, at detach (a failure may then be said).
@@ -55,7 +69,7 @@ class ScreenSaver:
     while it does not. The first save comes one period in and includes the
     replay: a relaunch's notice, once shown, lives on in the scrollback."""
 
-    screen: Screen
+    screen: Shown
     save: SaveScreen
     every: float = SAVE_EVERY
     _saved: int = 0  # screen.recorded as of the last save
