@@ -146,7 +146,7 @@ def bring_back(host: Host, name: str) -> None:
     """A saved session that is gone from its host (a deferred host's, whose
     grace window elapsed while nobody could log in) is started again there
     in its saved cwd, its marker waiting for the next attach."""
-    from restore import relaunch_notice
+    from restore import GONE_THERE, started_again
 
     with open_store() as store:
         leaf = None if store is None else store.load().find(f"{host.name}:{name}")
@@ -156,11 +156,7 @@ def bring_back(host: Host, name: str) -> None:
         if answer.kind != "listed" or name in answer.sessions:
             return
         made = start_there(host, leaf, host.timeout)
-        why = "gone from its host (grace window elapsed, or the host rebooted)"
-        notice = relaunch_notice(leaf, why)
         try:
-            store.update_session(
-                attrs.evolve(leaf, ref=made.ref, notice=notice, scrollback=None, exit_code=None)
-            )
+            store.update_session(started_again(leaf, made, GONE_THERE))
         except (StoreError, KeyError) as exc:
             warn(f"{leaf.name} started again there, but not saved: {exc}")

@@ -54,6 +54,7 @@ EXPORTS = {
     "restore._partial": ("DaemonAttachment", "PhaseResult"),
     "restore._plan": (
         "ATTACH_SHARE",
+        "GONE_THERE",
         "OUTCOMES",
         "RELAUNCH_MARKER",
         "Decision",
@@ -80,6 +81,7 @@ EXPORTS = {
         "listed_child",
         "parse_listing",
         "start_request",
+        "started_again",
     ),
     "restore.remote._errors": ("FailureKind", "HostFailure", "HostSettingError", "HostsFileError"),
     "restore.remote._hosts": (

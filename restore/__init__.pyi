@@ -10,6 +10,7 @@ from restore._partial import (
 )
 from restore._plan import (
     ATTACH_SHARE as ATTACH_SHARE,
+    GONE_THERE as GONE_THERE,
     OUTCOMES as OUTCOMES,
     RELAUNCH_MARKER as RELAUNCH_MARKER,
     Decision as Decision,
@@ -66,6 +67,7 @@ from restore.remote._answers import (
     listed_child as listed_child,
     parse_listing as parse_listing,
     start_request as start_request,
+    started_again as started_again,
 )
 from restore.remote._errors import (
     FailureKind as FailureKind,

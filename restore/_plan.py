@@ -378,6 +378,10 @@ class HostAnswer:
     children: tuple[HostChild, ...] = ()
 
 
+# Why a session of a host has nothing to go back to there.
+GONE_THERE = "gone from its host (grace window elapsed, or the host rebooted)"
+
+
 def decide_remote(leaf: SessionLeaf, answer: HostAnswer, options: Options) -> Decision:
     """The outcome of a session on another host (``leaf.host``), from its
     host's answer (pure). A host that needs a credential is deferred to the
@@ -410,7 +414,7 @@ def decide_remote(leaf: SessionLeaf, answer: HostAnswer, options: Options) -> De
                 "ended", f"session ended on {answer.host} ({ended}){other}", relaunch=False
             )
         return Decision("attached", f"running on {answer.host}, pid {pid}{other}", relaunch=False)
-    why = "gone from its host (grace window elapsed, or the host rebooted)"
+    why = GONE_THERE
     if ref is None:
         why = "never started"
     return decide_gone(why, options)

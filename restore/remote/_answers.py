@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import attrs
 
 from multiserver import ChildInfo
-from restore._plan import HostAnswer, HostChild
+from restore._plan import HostAnswer, HostChild, relaunch_notice
 from restore.remote._errors import HostFailure
 from restore.remote._hosts import Host
 from restore.store._model import RestorationRef, SessionLeaf
@@ -159,3 +159,12 @@ def leaf_there(host: Host, name: str, got: object) -> SessionLeaf:
                 created_at=time.time(),
             )
     raise HostFailure(host.name, "error", f"{host.name}: no session {name} there after starting it")
+
+
+def started_again(leaf: SessionLeaf, made: SessionLeaf, why: str) -> SessionLeaf:
+    """``leaf`` as it is saved once started again on its host: the child
+    there that ``made`` (``leaf_there``) names, the relaunch notice saying
+    ``why`` for its first attach, nothing of the old run's scrollback or
+    exit."""
+    notice = relaunch_notice(leaf, why)
+    return attrs.evolve(leaf, ref=made.ref, notice=notice, scrollback=None, exit_code=None)

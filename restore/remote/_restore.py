@@ -44,9 +44,15 @@ from restore._plan import (
     Outcome,
     RestoreDeadline,
     decide_remote,
-    relaunch_notice,
 )
-from restore.remote._answers import LS, failed_answer, host_answer, leaf_there, start_request
+from restore.remote._answers import (
+    LS,
+    failed_answer,
+    host_answer,
+    leaf_there,
+    start_request,
+    started_again,
+)
 from restore.remote._errors import HostFailure, HostsFileError
 from restore.remote._hosts import Host, load_hosts, save_hosts
 from restore.remote._ssh import remote_json_async, run_remote_async, succeeded
@@ -167,13 +173,7 @@ async def carry_out(
         return Carried(leaf, "failed", f"{d.detail}; relaunch failed: {why}")
     except HostFailure as exc:
         return Carried(leaf, "failed", f"{d.detail}; relaunch failed: {exc}")
-    new = attrs.evolve(
-        leaf,
-        ref=made.ref,
-        notice=relaunch_notice(leaf, d.reason or d.detail),
-        scrollback=None,
-        exit_code=None,
-    )
+    new = started_again(leaf, made, d.reason or d.detail)
     return Carried(new, d.outcome, _saved(store, new, d.detail))
 
 
