@@ -33,6 +33,7 @@ from benchmarks import (
     scrollback,
     throughput,
 )
+from benchmarks.installed import installed
 from benchmarks.report import (
     REPO,
     RunInfo,
@@ -107,12 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(exist_ok=True)
     doc_dir = out_dir if partial else REPO / "docs"
 
-    # Fresh `multiserver` processes are timed: give them the bytecode a
-    # regular install has. An editable install under PYTHONDONTWRITEBYTECODE
-    # (set on some machines) would compile every module on every start,
-    # 80-100 ms here, which no user of a wheel pays.
+    # Daemons and peers this process starts run the checkout's code: give
+    # them the bytecode an install has (under PYTHONDONTWRITEBYTECODE, set
+    # on some machines, every start would compile every module).
     for package in ("multiserver", "restore", "adopter", "multiserver_cli"):
         compileall.compile_dir(REPO / package, quiet=1)
+    # The timed `multiserver` processes run an install from a wheel, made
+    # (or reused) here, before any clock starts.
+    print(f"[install] multiserver: {installed().describe()}", file=sys.stderr, flush=True)
 
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(BUDGET)

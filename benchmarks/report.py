@@ -18,6 +18,7 @@ import attrs
 import trio
 
 import multiserver
+from benchmarks.installed import installed
 from benchmarks.peers import PEERS
 from benchmarks.results import (
     Row,
@@ -101,6 +102,7 @@ def machine() -> tuple[tuple[str, str], ...]:
         ("python", platform.python_version()),
         ("trio", trio.__version__),
         ("multiserver", _multiserver_version()),
+        ("multiserver command, as timed", installed().describe()),
         *((p.name, p.version()) for p in PEERS),
     )
 

@@ -17,10 +17,8 @@ import errno
 import os
 import select
 import shutil
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import attrs
 
@@ -30,6 +28,7 @@ from benchmarks.common import (
     spawn_on_pty,
     stop_pids,
 )
+from benchmarks.installed import installed
 from benchmarks.peers import TERM, Peer
 
 SIZE = (24, 80)
@@ -45,14 +44,9 @@ class ReaderTimeout(RuntimeError):
 
 
 def multiserver_bin() -> str:
-    """The ``multiserver`` command of this interpreter's environment."""
-    path = Path(sys.executable).parent / "multiserver"
-    if not path.exists():
-        found = shutil.which("multiserver")
-        if found is None:
-            raise RuntimeError("the multiserver command is not installed")
-        return found
-    return str(path)
+    """The ``multiserver`` command a user would have: installed from a wheel
+    in a venv of its own (``benchmarks.installed``), made on first use."""
+    return installed().command
 
 
 @attrs.define
