@@ -1,22 +1,35 @@
-"""Figure: the command line, as a person or a script meets it (issue 13).
+"""Figure: command start-up, the command line as a person or a script
+meets it (issues 13 and 22).
 
-Each command is a fresh process, timed from spawn to exit, at least 20 times
-(interleaved run by run with the baseline, so load drifts alike):
+``multiserver`` is the command installed from a wheel in a venv of its own
+(``benchmarks/installed.py``; not the dev venv's editable install). Each
+command is a fresh process, timed from spawn to exit, at least 20 times
+(at least 15 on a loaded machine), interleaved run by run with the
+baseline, so load drifts alike:
 
 - ``new -d`` (a new detached ``sleep 1000``), ``ls``, ``peek NAME``, ``kill
-  NAME`` (a session the same run's ``new -d`` made), and ``attach NAME``
-  timed from spawn to raw mode (the outer PTY's termios lose ICANON and
-  ECHO: the client is ready for keys), then stopped by pid;
-- with the daemon holding 1 session, then 1,000 (the ratio of the two is
-  the figure: a command must not grow with the sessions it does not touch);
+  NAME`` (a session the same run's ``new -d`` made), ``daemon`` (no
+  options: make sure the daemon runs and print its socket), and ``attach
+  NAME`` timed from spawn to raw mode (the outer PTY's termios lose ICANON
+  and ECHO: the client is ready for keys), then stopped by pid; each with
+  the daemon holding 1 session, then 1,000 (the ratio of the two is a
+  target: a command must not grow with the sessions it does not touch);
+- with 1 session only, as they touch no session: ``version``; ``stop`` of
+  a second daemon with no session (``--daemon 2``, started untimed before
+  each run by ``multiserver --daemon 2 daemon``, then timed until ``stop``
+  exits); ``restore`` with nothing saved and no daemon running (its own
+  empty runtime and state dirs: a login with nothing to bring back);
 - 200 ``new -d`` in a shell loop, as a script makes sessions;
 - the peers in the same run, where they have the command: dtach (``-n``,
   ``-a`` to raw mode), tmux (``new-session -d``, ``ls``, ``capture-pane -p``,
-  ``attach`` to raw mode, ``kill-session``).
+  ``attach`` to raw mode, ``kill-session``, ``start-server`` with the server
+  up, ``-V``, and ``kill-server`` of a second server started untimed with
+  one session).
 
-Baseline: ``python -c pass`` with the same interpreter (the floor of any
-Python command). Target: each at most 3x; at 1,000 sessions at most 1.3x
-the same command at 1; the 200 in a loop at most a quarter of the issue's
+Baseline: ``python -c pass`` with the installed venv's interpreter (the
+floor of any Python command; the peers' rows are measured against their
+own run's). Target: each at most 3x; at 1,000 sessions at most 1.3x the
+same command at 1; the 200 in a loop at most a quarter of the issue's
 figure, 100 in 28 s with ``python -c pass`` at 20 ms (14x pass each), so
 3.5x pass each.
 """
@@ -24,35 +37,86 @@ figure, 100 in 28 s with ``python -c pass`` at 20 ms (14x pass each), so
 from __future__ import annotations
 
 import os
-import sys
 import termios
 import time
 from collections.abc import Callable, Sequence
 
+import attrs
 import trio
 
 from benchmarks.common import (
+    COMMAND_TIMEOUT,
     MEASURE_TIMEOUT,
     SESSION_ARGV,
     Scratch,
     daemon_client,
     run_command,
     scratch,
+    wait_for,
 )
+from benchmarks.installed import installed
 from benchmarks.peers import peer
-from benchmarks.results import Limit, Row, Settings, median, spread
+from benchmarks.report import fmt_value
+from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from benchmarks.terminal import Outer, multiserver_bin
+from multiserver import DaemonPaths, open_client
 
 NAME = "commands"
+SUMMARY = "Command start-up"
 BASELINE = "python -c pass (same interpreter)"
+FIGURE = "command start-up: `multiserver {}` (ms)"
+ONE = "multiserver, daemon with 1 session"
+MANY = "multiserver, daemon with 1,000 sessions"
 AT_MOST_PASS = 3.0
 AT_MOST_GROWTH = 1.3
 LOOP = 200
 LOOP_AT_MOST_PASS = 3.5
 MIN_RUNS = 20
+# A loaded machine may stop a phase early, but not before this many runs.
+FLOOR_RUNS = 15
 QUICK_RUNS = 5
-# Past this, a loaded machine gets fewer runs of a figure (5 at least).
+# Past this, a loaded machine gets fewer runs of a phase (FLOOR_RUNS at least).
 SECONDS = 90.0
+STOP_DAEMON = 2
+
+
+@attrs.frozen
+class Command:
+    """One everyday command: its name in the table, what multiserver runs,
+    and whether it touches the daemon's sessions (then it is timed at 1,000
+    sessions too)."""
+
+    name: str
+    shape: str
+    scales: bool = True
+
+
+COMMANDS = (
+    Command("new -d", "multiserver new -d -n NAME -- sleep 1000"),
+    Command("ls", "multiserver ls"),
+    Command("attach (to raw mode)", "multiserver attach -r none s1, until raw mode"),
+    Command("peek", "multiserver peek s1"),
+    Command("kill", "multiserver kill NAME"),
+    Command("daemon", "multiserver daemon (it runs: print its socket)"),
+    Command("version", "multiserver version", scales=False),
+    Command("stop", "multiserver --daemon 2 stop (a daemon with no session)", scales=False),
+    Command(
+        "restore (nothing saved)", "multiserver restore, nothing saved, no daemon", scales=False
+    ),
+)
+PEER_SHAPES = {
+    "dtach": {"new -d": "dtach -n", "attach (to raw mode)": "dtach -a, until raw mode"},
+    "tmux": {
+        "new -d": "new-session -d",
+        "ls": "ls",
+        "attach (to raw mode)": "attach-session, until raw mode",
+        "peek": "capture-pane -p",
+        "kill": "kill-session",
+        "daemon": "start-server (the server is up)",
+        "version": "tmux -V",
+        "stop": "kill-server (a second server, one session)",
+    },
+}
 
 
 def _timed(argv: Sequence[str], env: dict[str, str], timeout: float = 10.0) -> float:
@@ -84,7 +148,7 @@ Probe = Callable[[int], float]  # run number -> seconds
 Samples = tuple[dict[str, list[float]], list[float]]  # per probe, and the baseline (ms)
 
 
-def _multiserver_probes(sc: Scratch) -> dict[str, Probe]:
+def _multiserver_probes(sc: Scratch, *, scaling_only: bool) -> dict[str, Probe]:
     ms = multiserver_bin()
     env = sc.env(HOME=str(sc.root), TMPDIR=str(sc.root))
     made: list[str] = []
@@ -97,19 +161,44 @@ def _multiserver_probes(sc: Scratch) -> dict[str, Probe]:
     def kill(i: int) -> float:
         return _timed([ms, "kill", made.pop()], env)
 
-    return {
+    stop_env = {**env, "MULTISERVER_IDLE_EXIT": "never"}
+    stop_socket = DaemonPaths.for_number(STOP_DAEMON).socket  # in the scratch dirs
+
+    def stop(i: int) -> float:
+        if run_command([ms, "--daemon", str(STOP_DAEMON), "daemon"], stop_env) != 0:
+            raise RuntimeError(f"could not start daemon {STOP_DAEMON}")
+        elapsed = _timed([ms, "--daemon", str(STOP_DAEMON), "stop"], env)
+        if not wait_for(lambda: not stop_socket.exists(), COMMAND_TIMEOUT, 0.005):
+            raise RuntimeError(f"daemon {STOP_DAEMON} still listens after stop")
+        return elapsed
+
+    # A login with nothing saved: dirs of its own, where no daemon runs.
+    empty = {
+        **env,
+        "MULTISERVER_RUNTIME_DIR": str(sc.root / "empty" / "run"),
+        "MULTISERVER_STATE_DIR": str(sc.root / "empty" / "state"),
+    }
+    probes: dict[str, Probe] = {
         "new -d": new,
         "ls": lambda i: _timed([ms, "ls"], env),
-        "peek": lambda i: _timed([ms, "peek", "s1"], env),
         "attach (to raw mode)": lambda i: _to_raw([ms, "attach", "-r", "none", "s1"], env),
+        "peek": lambda i: _timed([ms, "peek", "s1"], env),
         "kill": kill,
+        "daemon": lambda i: _timed([ms, "daemon"], env),
+        "version": lambda i: _timed([ms, "version"], env),
+        "stop": stop,
+        "restore (nothing saved)": lambda i: _timed([ms, "restore"], empty),
     }
+    scaling = {c.name for c in COMMANDS if c.scales}
+    return {k: v for k, v in probes.items() if k in scaling or not scaling_only}
 
 
 def _tmux_probes(sc: Scratch) -> dict[str, Probe]:
     tm = peer("tmux")
     env = tm.env(sc)
     base = tm.new_argv(sc.root, "s1", SESSION_ARGV)[:5]  # tmux -S SOCK -f /dev/null
+    other = sc.root / "other"
+    other.mkdir(mode=0o700, exist_ok=True)
     made: list[str] = []
 
     def new(i: int) -> float:
@@ -117,12 +206,21 @@ def _tmux_probes(sc: Scratch) -> dict[str, Probe]:
         made.append(name)
         return _timed(tm.new_argv(sc.root, name, SESSION_ARGV), env)
 
+    def kill_server(i: int) -> float:
+        start = tm.new_argv(other, "x", SESSION_ARGV)
+        if run_command(start, env) != 0:
+            raise RuntimeError("tmux: could not start a second server")
+        return _timed([*start[:5], "kill-server"], env)
+
     return {
         "new -d": new,
         "ls": lambda i: _timed([*base, "ls"], env),
-        "peek": lambda i: _timed([*base, "capture-pane", "-p", "-t", "s1"], env),
         "attach (to raw mode)": lambda i: _to_raw(tm.attach_argv(sc.root, "s1"), env),
+        "peek": lambda i: _timed([*base, "capture-pane", "-p", "-t", "s1"], env),
         "kill": lambda i: _timed([*base, "kill-session", "-t", made.pop()], env),
+        "daemon": lambda i: _timed([*base, "start-server"], env),
+        "version": lambda i: _timed(["tmux", "-V"], env),
+        "stop": kill_server,
     }
 
 
@@ -144,15 +242,16 @@ def _dtach_probes(sc: Scratch) -> dict[str, Probe]:
 
 def _measure(settings: Settings, probes: dict[str, Probe], runs: int) -> Samples:
     """Each probe and the baseline, interleaved run by run (ms)."""
-    py = [sys.executable, "-c", "pass"]
+    py = [installed().python, "-c", "pass"]
     env = dict(os.environ)
     samples: dict[str, list[float]] = {k: [] for k in probes}
     base: list[float] = []
+    floor = min(runs, QUICK_RUNS if settings.quick else FLOOR_RUNS)
     t0 = time.monotonic()
     for i in range(runs):
-        # A loaded machine stops early (QUICK_RUNS at least), not past its share.
+        # A loaded machine stops early (``floor`` runs at least), not past its share.
         spent = time.monotonic() - t0
-        if i >= QUICK_RUNS and spent + spent / i > SECONDS:
+        if i >= floor and spent + spent / i > SECONDS:
             break
         base.append(_timed(py, env) * 1000)
         for what, probe in probes.items():
@@ -162,9 +261,6 @@ def _measure(settings: Settings, probes: dict[str, Probe], runs: int) -> Samples
 
 async def _add_sessions(count: int) -> None:
     """``count`` more detached sessions on the scratch daemon, all in flight."""
-    from multiserver import open_client
-    from multiserver._paths import DaemonPaths
-
     async with open_client(DaemonPaths.for_number(1)) as client, trio.open_nursery() as nursery:
         for _ in range(count):
             nursery.start_soon(lambda: client.launch(list(SESSION_ARGV), hold=False))
@@ -178,9 +274,11 @@ async def _with_daemon(
         # Made as a person makes it: saved, so commands find it where it lives.
         env = sc.env(HOME=str(sc.root), TMPDIR=str(sc.root))
         _timed([multiserver_bin(), "new", "-d", "-n", "s1", "--", *SESSION_ARGV], env)
-        one = await trio.to_thread.run_sync(_measure, settings, _multiserver_probes(sc), runs)
+        probes = _multiserver_probes(sc, scaling_only=False)
+        one = await trio.to_thread.run_sync(_measure, settings, probes, runs)
         await _add_sessions(settings.many - 1)
-        many = await trio.to_thread.run_sync(_measure, settings, _multiserver_probes(sc), runs)
+        probes = _multiserver_probes(sc, scaling_only=True)
+        many = await trio.to_thread.run_sync(_measure, settings, probes, runs)
     async with daemon_client():
         loop = await trio.to_thread.run_sync(_loop, sc)
     return one, many, loop
@@ -209,44 +307,16 @@ def _peer(settings: Settings, name: str, runs: int) -> Samples:
 def run(settings: Settings) -> list[Row]:
     runs = QUICK_RUNS if settings.quick else max(MIN_RUNS, settings.runs)
     with scratch("commands") as sc:
-        (one, one_base), (many, _), loop_seconds = trio.run(_with_daemon, settings, runs, sc)
+        one, many, loop_seconds = trio.run(_with_daemon, settings, runs, sc)
     peers: dict[str, Samples] = {}
-    for name in ("dtach", "tmux"):
+    for name in PEER_SHAPES:
         if peer(name).installed():
             peers[name] = _peer(settings, name, runs)
     rows: list[Row] = []
-    for what, samples in one.items():
-        ratio = median([a / b for a, b in zip(samples, one_base, strict=False)])
-        grown = median(many[what]) / median(samples)
-        beside = [
-            f"{name} {median(s[what]):.1f} ms ({median([a / b for a, b in zip(s[what], b_, strict=False)]):.2f}x)"
-            for name, (s, b_) in peers.items()
-            if what in s
-        ]
-        rows.append(
-            Row.against(
-                [
-                    Limit("<=", AT_MOST_PASS, ratio, "x python -c pass"),
-                    Limit("<=", AT_MOST_GROWTH, grown, "x at 1 session"),
-                ],
-                figure=f"`multiserver {what}`, a fresh process (ms)",
-                subject="multiserver, daemon with 1 session",
-                value=median(samples),
-                unit="ms",
-                runs=len(samples),
-                baseline=BASELINE,
-                baseline_value=median(one_base),
-                detail=(
-                    f"range {spread(samples, 1, '{:.0f}')} ms; with 1,000 sessions "
-                    f"{median(many[what]):.1f} ms ({grown:.2f}x); "
-                    + ("; ".join(beside) if beside else "no peer has this command")
-                ),
-                samples=tuple(samples),
-                baseline_samples=tuple(one_base),
-            )
-        )
+    for command in COMMANDS:
+        rows.extend(_command_rows(command, one, many, peers))
     per_new = loop_seconds / LOOP * 1000
-    pass_ms = median(one_base)
+    pass_ms = median(one[1])
     rows.append(
         Row.against(
             Limit("<=", LOOP_AT_MOST_PASS, per_new / pass_ms, "x python -c pass each"),
@@ -261,3 +331,120 @@ def run(settings: Settings) -> list[Row]:
         )
     )
     return rows
+
+
+def _command_rows(
+    command: Command, one: Samples, many: Samples, peers: dict[str, Samples]
+) -> list[Row]:
+    what = command.name
+    samples, base = one[0][what], one[1]
+    ratio = paired_ratio(samples, base)
+    figure = FIGURE.format(what)
+    rows = [
+        Row.against(
+            Limit("<=", AT_MOST_PASS, ratio, "x python -c pass"),
+            figure=figure,
+            subject=ONE,
+            value=median(samples),
+            unit="ms",
+            runs=len(samples),
+            baseline=BASELINE,
+            baseline_value=median(base),
+            detail=f"range {spread(samples, 1, '{:.0f}')} ms; `{command.shape}`",
+            samples=tuple(samples),
+            baseline_samples=tuple(base),
+        )
+    ]
+    if command.scales:
+        at, at_base = many[0][what], many[1]
+        grown = median(at) / median(samples)
+        rows.append(
+            Row.against(
+                Limit("<=", AT_MOST_GROWTH, grown, "x at 1 session"),
+                figure=figure,
+                subject=MANY,
+                value=median(at),
+                unit="ms",
+                runs=len(at),
+                baseline=BASELINE,
+                baseline_value=median(at_base),
+                detail=f"range {spread(at, 1, '{:.0f}')} ms; {grown:.2f}x at 1 session",
+                samples=tuple(at),
+                baseline_samples=tuple(at_base),
+            )
+        )
+    for name, (theirs, their_base) in peers.items():
+        if what not in theirs:
+            continue
+        s = theirs[what]
+        rows.append(
+            Row(
+                figure=figure,
+                subject=name,
+                value=median(s),
+                unit="ms",
+                runs=len(s),
+                baseline=BASELINE,
+                baseline_value=median(their_base),
+                detail=(
+                    f"range {spread(s, 1, '{:.1f}')} ms; `{PEER_SHAPES[name][what]}`; against "
+                    "its own run's python -c pass"
+                ),
+                samples=tuple(s),
+                baseline_samples=tuple(their_base),
+            )
+        )
+    return rows
+
+
+def summary(rows: Sequence[Row]) -> str:
+    """The command start-up table: one line per command."""
+    by_figure: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        if r.figure.startswith(FIGURE.split("`")[0]):
+            by_figure.setdefault(r.figure, {})[r.subject] = r
+    if not by_figure:
+        return ""
+    peer_names = list(PEER_SHAPES)
+    head = (
+        "| command | multiserver | x python -c pass (<= 3x) | with 1,000 sessions (<= 1.3x) | "
+        + " | ".join(peer_names)
+        + " | met |\n|---|---|---|---|"
+        + "---|" * len(peer_names)
+        + "---|\n"
+    )
+    lines = []
+    pass_ms = None
+    for command in COMMANDS:
+        group = by_figure.get(FIGURE.format(command.name), {})
+        one = group.get(ONE)
+        if one is None:
+            continue
+        pass_ms = pass_ms or one.baseline_value
+        many = group.get(MANY)
+        grown = "-"
+        if many is not None and many.limits:
+            grown = f"{fmt_value(many.value, 'ms')} ({many.limits[0].observed:.2f}x)"
+        theirs = []
+        for name in peer_names:
+            p = group.get(name)
+            theirs.append(
+                f"{fmt_value(p.value, 'ms')} ({p.ratio or 0:.2f}x)" if p and p.value else "-"
+            )
+        met = all(r.met for r in (one, many) if r is not None and r.met is not None)
+        cells = [
+            f"`{command.name}`",
+            fmt_value(one.value, "ms"),
+            f"{one.ratio or 0:.2f}x",
+            grown,
+            *theirs,
+            "met" if met else "**missed**",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    note = (
+        f"Medians of fresh processes, interleaved with `python -c pass` of the same "
+        f"interpreter ({fmt_value(pass_ms, 'ms')}); the peers' ratios are to their own "
+        "run's `python -c pass`. multiserver runs from a wheel install; details in the "
+        "results table.\n\n"
+    )
+    return note + head + "\n".join(lines) + "\n"

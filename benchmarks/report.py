@@ -223,6 +223,7 @@ def markdown(
         "| | |\n|---|---|\n"
         + "".join(f"| {k} | {_cell(v)} |\n" for k, v in info.machine)
         + f"| load average (1 min), start / end | {info.load[0]:.2f} / {info.load[1]:.2f} |\n",
+        *_summaries(rows, modules),
         "## Results\n",
         f"Every figure is the median of up to {info.runs} runs (the runs column gives the "
         "count: past its share of the 10-minute budget, a figure stops after 3 runs, or 2 "
@@ -250,6 +251,17 @@ def markdown(
         doc = (mod.__doc__ or "").strip()
         parts.append(f"### {mod.NAME} (`benchmarks/{mod.NAME}.py`)\n\n{doc}\n")
     return "\n".join(parts)
+
+
+def _summaries(rows: Sequence[Row], modules: Sequence[ModuleType]) -> list[str]:
+    """The headline tables of the modules that have one (``SUMMARY``, its
+    title, and ``summary(rows)``), before the full results table."""
+    parts: list[str] = []
+    for mod in modules:
+        text = mod.summary(rows) if hasattr(mod, "summary") else ""
+        if text:
+            parts += [f"## {mod.SUMMARY}\n", text]
+    return parts
 
 
 def write_json(path: Path, rows: Sequence[Row], info: RunInfo) -> None:
