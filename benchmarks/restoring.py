@@ -108,8 +108,13 @@ class Daemon:
     ids: tuple[int, ...]
 
 
-async def _launch(client: Client, number: int) -> tuple[int, list[SessionLeaf]]:
-    leaves: list[SessionLeaf | None] = [None] * PER_DAEMON
+async def launch_saved(
+    client: Client, number: int, count: int = PER_DAEMON
+) -> tuple[int, list[SessionLeaf]]:
+    """``count`` detached ``sleep`` sessions on ``client``'s daemon (number
+    ``number``, in their names), a few in flight at once: its pid, and a
+    saved leaf for each, referring to its child."""
+    leaves: list[SessionLeaf | None] = [None] * count
     limit = trio.Semaphore(LAUNCH_CONCURRENCY)
     sock = str(client.socket_path)
 
@@ -120,7 +125,7 @@ async def _launch(client: Client, number: int) -> tuple[int, list[SessionLeaf]]:
         leaves[i] = SessionLeaf(r.child.name, list(SESSION_ARGV), "/", ref=ref)
 
     async with trio.open_nursery() as nursery:
-        for i in range(PER_DAEMON):
+        for i in range(count):
             nursery.start_soon(one, i)
     return client.daemon_pid, [leaf for leaf in leaves if leaf is not None]
 
@@ -133,7 +138,7 @@ async def _daemons() -> AsyncIterator[tuple[list[Daemon], Arrangement]]:
         got: list[tuple[int, list[SessionLeaf]]] = [(0, [])] * DAEMONS
 
         async def launch(i: int) -> None:
-            got[i] = await _launch(clients[i], i + 1)
+            got[i] = await launch_saved(clients[i], i + 1)
 
         with trio.fail_after(MEASURE_TIMEOUT):
             async with trio.open_nursery() as nursery:
@@ -153,7 +158,8 @@ async def _daemons() -> AsyncIterator[tuple[list[Daemon], Arrangement]]:
         yield daemons, Arrangement([Window("main", tabs)])
 
 
-def _save(arrangement: Arrangement) -> None:
+def save_arrangement(arrangement: Arrangement) -> None:
+    """``arrangement`` in the scratch state dir's store, as a user's."""
     store, warning = ArrangementStore.open_or_quarantine()
     if warning:
         raise RuntimeError(warning)
@@ -275,7 +281,7 @@ async def _measure(settings: Settings, sc: Scratch) -> Samples:
             await _settled(daemons)
             out.library.append((await _library(arrangement, 10.0, Options(), total))[0])
             await _settled(daemons)
-            _save(arrangement)
+            save_arrangement(arrangement)
             out.ls.append(_cli(sc, ["ls", "--json"], None)[0])
             wall, inner = _cli(sc, ["restore", "--json"], total)
             out.cli.append(wall)
@@ -288,7 +294,7 @@ async def _measure(settings: Settings, sc: Scratch) -> Samples:
             with _stopped(wedged.pid):
                 past, _ = await _library(arrangement, DEADLINE, Options(relaunch=False), live)
                 out.wedged_library.append(past - PHASE)
-                _save(arrangement)
+                save_arrangement(arrangement)
                 wall, inner = _cli(
                     sc,
                     ["restore", "--json", "--timeout", str(DEADLINE), "--no-relaunch"],
