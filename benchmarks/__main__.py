@@ -32,6 +32,7 @@ from benchmarks import (
     remote,
     restoring,
     scrollback,
+    simrestore,
     throughput,
 )
 from benchmarks.installed import installed
@@ -60,6 +61,7 @@ MODULES: tuple[ModuleType, ...] = (
     memory,
     reattach,
     restoring,
+    simrestore,
     login,
     drain,
     commands,

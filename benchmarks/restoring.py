@@ -169,8 +169,10 @@ def save_arrangement(arrangement: Arrangement) -> None:
         store.close()
 
 
-async def _claim_all(daemons: list[Daemon]) -> float:
-    """The baseline: every daemon's ids claimed over a fresh connection each."""
+async def claim_all(daemons: list[Daemon]) -> float:
+    """The library restore's baseline: every daemon's ids claimed over a
+    fresh connection each, all at once; seconds until the last claim
+    returned (the fds are then closed and the ids released, untimed)."""
     masters: list[int] = []
 
     async def one(d: Daemon) -> None:
@@ -194,15 +196,17 @@ async def _claim_all(daemons: list[Daemon]) -> float:
             while len(done) < len(daemons):
                 await trio.sleep(0.001)
         release.set()
-    if len(masters) != DAEMONS * PER_DAEMON:
+    if len(masters) != sum(len(d.ids) for d in daemons):
         raise RuntimeError(f"claimed {len(masters)} fds")
     return max(done) - t0
 
 
-async def _library(
+async def timed_restore(
     arrangement: Arrangement, timeout: float, options: Options, want_attached: int
 ) -> tuple[float, int]:
-    """(seconds, sessions timed out: relaunched, unless ``options`` say not)."""
+    """``restore_arrangement`` timed from the call to its return, then its
+    claims released (untimed): (seconds, sessions timed out: relaunched,
+    unless ``options`` say not). ``want_attached`` must come back attached."""
     async with trio.open_nursery() as nursery:
         t0 = time.perf_counter()
         result = await restore_arrangement(
@@ -277,9 +281,9 @@ async def _measure(settings: Settings, sc: Scratch) -> Samples:
     async with _daemons() as (daemons, arrangement):
         wedged = daemons[-1]
         for _ in settings.runs_within(SECONDS):
-            out.claim.append(await _claim_all(daemons))
+            out.claim.append(await claim_all(daemons))
             await _settled(daemons)
-            out.library.append((await _library(arrangement, 10.0, Options(), total))[0])
+            out.library.append((await timed_restore(arrangement, 10.0, Options(), total))[0])
             await _settled(daemons)
             save_arrangement(arrangement)
             out.ls.append(_cli(sc, ["ls", "--json"], None)[0])
@@ -292,7 +296,7 @@ async def _measure(settings: Settings, sc: Scratch) -> Samples:
             await trio.sleep(PHASE)
             out.sleep_past.append(time.perf_counter() - t0 - PHASE)
             with _stopped(wedged.pid):
-                past, _ = await _library(arrangement, DEADLINE, Options(relaunch=False), live)
+                past, _ = await timed_restore(arrangement, DEADLINE, Options(relaunch=False), live)
                 out.wedged_library.append(past - PHASE)
                 save_arrangement(arrangement)
                 wall, inner = _cli(
@@ -306,7 +310,7 @@ async def _measure(settings: Settings, sc: Scratch) -> Samples:
         # Relaunching starts 100 sessions on daemon 1: once, last, so that
         # no restore meets them as orphans.
         with _stopped(wedged.pid):
-            past, out.relaunched = await _library(arrangement, DEADLINE, Options(), live)
+            past, out.relaunched = await timed_restore(arrangement, DEADLINE, Options(), live)
             out.relaunch_past = past - DEADLINE
     return out
 
