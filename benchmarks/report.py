@@ -18,9 +18,11 @@ import attrs
 import trio
 
 import multiserver
+from benchmarks import chart as chart_module, installed as installed_module
 from benchmarks.installed import installed
 from benchmarks.peers import PEERS
 from benchmarks.results import (
+    Limit,
     Row,
 )
 
@@ -230,7 +232,10 @@ def markdown(
         "for memory at 1,000 sessions); each subject and its baseline are "
         "measured in the same run, interleaved run by run. The ratio is the median of the "
         "per-run ratios, subject over the baseline of the same run (for times and memory, "
-        "lower is better; for throughput, higher is). Sessions run `sleep 1000` unless the method says otherwise; every process a benchmark starts is stopped "
+        "lower is better; for throughput, higher is). Sessions run `sleep 1000` unless the method says otherwise. "
+        "Every `multiserver` command a figure runs is the one installed from a wheel of this "
+        "checkout into a venv of its own (`benchmarks/installed.py`; the machine table says "
+        "where), never the dev venv's editable install. Every process a benchmark starts is stopped "
         "by pid; daemons and peers use fresh dirs under /tmp. The machine may be shared: "
         "other work (see the load average above) slows every subject, so the ratios to the "
         "same run's baseline travel better than the absolute figures.\n",
@@ -238,15 +243,19 @@ def markdown(
     ]
     v = verdicts(rows)
     if v:
-        parts += ["## Targets (issues 2, 3, 4 and 6)\n", "\n".join(v) + "\n"]
+        parts += ["## Targets (issues 2, 3, 4, 6 and 22)\n", "\n".join(v) + "\n"]
     c = peer_comparison(rows)
     if c:
         parts += ["## Against the peers\n", "\n".join(c) + "\n"]
     if FINDINGS.exists():
         parts += ["## Why targets are missed: profiles\n", FINDINGS.read_text()]
     parts.append("## Chart\n")
+    parts.append(f"{_first_paragraph(chart_module.__doc__)}\n")
     parts.append(f"![benchmarks]({chart})\n" if chart else chart_note + "\n")
     parts.append("## Method\n")
+    parts.append(
+        f"### the command as timed (`benchmarks/installed.py`)\n\n{installed_module.__doc__.strip()}\n"
+    )
     for mod in modules:
         doc = (mod.__doc__ or "").strip()
         parts.append(f"### {mod.NAME} (`benchmarks/{mod.NAME}.py`)\n\n{doc}\n")
@@ -264,6 +273,10 @@ def _summaries(rows: Sequence[Row], modules: Sequence[ModuleType]) -> list[str]:
     return parts
 
 
+def _first_paragraph(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def write_json(path: Path, rows: Sequence[Row], info: RunInfo) -> None:
     data = {
         "info": attrs.asdict(info),
@@ -272,36 +285,29 @@ def write_json(path: Path, rows: Sequence[Row], info: RunInfo) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def chart(rows: Sequence[Row], path: Path) -> str:
-    """Draw one panel per figure (subjects and baseline) into ``path``.
-    Returns "" on success, else why no chart was drawn."""
-    try:
-        import matplotlib  # type: ignore[import-not-found,unused-ignore]
+def read_json(path: Path) -> tuple[list[Row], RunInfo]:
+    """The rows and run ``write_json`` wrote, samples and targets included."""
+    data = json.loads(path.read_text())
+    rows = []
+    for raw in data["rows"]:
+        fields = {k: v for k, v in raw.items() if k != "ratio"}
+        fields["samples"] = tuple(fields.get("samples", ()))
+        fields["baseline_samples"] = tuple(fields.get("baseline_samples", ()))
+        fields["limits"] = tuple(Limit(**lim) for lim in fields.get("limits", ()))
+        rows.append(Row(**fields))
+    info = dict(data["info"])
+    info["only"] = tuple(info["only"])
+    info["machine"] = tuple((k, v) for k, v in info["machine"])
+    info["load"] = tuple(info["load"])
+    return rows, RunInfo(**info)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return "No chart: matplotlib is not installed (`make bench` installs the bench extra)."
-    figures: dict[str, list[Row]] = {}
-    for r in rows:
-        if r.value is not None:
-            figures.setdefault(r.figure, []).append(r)
-    if not figures:
-        return "No chart: nothing was measured."
-    fig, axes = plt.subplots(len(figures), 1, figsize=(9, 2.2 + 1.6 * len(figures)), squeeze=False)
-    for ax, (figure, group) in zip(axes[:, 0], figures.items(), strict=True):
-        labels = [r.subject for r in group] + [group[0].baseline]
-        values = [r.value or 0.0 for r in group] + [group[0].baseline_value or 0.0]
-        colors = ["tab:blue" if r.subject.startswith("multiserver") else "tab:gray" for r in group]
-        ax.barh(labels, values, color=[*colors, "tab:green"])
-        bounds = {lim.bound for r in group for lim in r.limits if lim.what == r.unit}
-        for bound in bounds:
-            ax.axvline(bound, linestyle="--", color="tab:red")
-        ax.set_title(figure, fontsize=9)
-        ax.set_xlabel(group[0].unit, fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return ""
+
+def heading(info: RunInfo) -> str:
+    """The chart's first line: when, what and where."""
+    machine = dict(info.machine)
+    partial = " (partial run)" if info.only or info.quick else ""
+    return (
+        f"multiserver benchmarks{partial}, {info.date}: multiserver {machine['multiserver']}; "
+        f"{machine['CPUs (nproc)']} CPUs, load average {info.load[0]:.2f} at the start, "
+        f"{info.load[1]:.2f} at the end. The full tables: docs/benchmarks.md"
+    )
