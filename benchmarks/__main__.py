@@ -3,7 +3,8 @@
 A full run writes docs/benchmarks.md (and docs/benchmarks.png when
 matplotlib is installed); a partial or quick run writes into
 benchmarks/out/ instead, so it never replaces the full table. Every run also
-writes benchmarks/out/results.json with each sample. The table is printed.
+writes benchmarks/out/results.json with each sample (``--redraw`` draws the
+chart again from it, running nothing). The table is printed.
 Exits non-zero if a benchmark failed (its rows then say why).
 """
 
