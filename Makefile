@@ -51,9 +51,12 @@ types: $(STAMP)
 
 check: lint types test
 
-# The stubs type checkers read for the lazy package faces, from their tables.
+# What is generated from one definition: the stubs type checkers read for the
+# lazy package faces (from their tables), and the light message classes of
+# the blocking client (from the attrs ones). Tests fail when either is stale.
 faces: $(STAMP)
 	$(BIN)/python -c 'from multiserver._lazy import write_stubs; write_stubs(["multiserver", "restore"])'
+	$(BIN)/python -m multiserver._lightgen
 
 
 BENCH_STAMP := $(VENV)/.installed-bench

@@ -11,9 +11,6 @@ from multiserver._client import (
     handshake as handshake,
     open_client as open_client,
 )
-from multiserver._codec import (
-    close_fds as close_fds,
-)
 from multiserver._config import (
     DaemonConfig as DaemonConfig,
     config_from_env as config_from_env,
@@ -37,18 +34,16 @@ from multiserver._errors import (
     UnsafeDirectory as UnsafeDirectory,
     VersionRefused as VersionRefused,
 )
+from multiserver._frames import (
+    close_fds as close_fds,
+)
 from multiserver._lazy import (
     lazy_exports as lazy_exports,
 )
 from multiserver._messages import (
-    MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
-    NAME_RE as NAME_RE,
-    PROTOCOL_VERSION as PROTOCOL_VERSION,
     ChildExited as ChildExited,
     ChildInfo as ChildInfo,
     ChildTaken as ChildTaken,
-    describe_exit as describe_exit,
-    exit_status as exit_status,
 )
 from multiserver._origin import (
     DaemonOrigin as DaemonOrigin,
@@ -75,6 +70,13 @@ from multiserver._paths import (
 )
 from multiserver._platform import (
     set_winsize as set_winsize,
+)
+from multiserver._proto import (
+    MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
+    NAME_RE as NAME_RE,
+    PROTOCOL_VERSION as PROTOCOL_VERSION,
+    describe_exit as describe_exit,
+    exit_status as exit_status,
 )
 from multiserver._results import (
     ClaimResult as ClaimResult,

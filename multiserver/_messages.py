@@ -12,31 +12,38 @@ See docs/protocol.md for the byte-level description.
 
 from __future__ import annotations
 
-import re
-import signal
-from typing import ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import attrs
 
-from multiserver._osstr import OsStr
-
-# 3: Hello.children. A version-2 client never sends it, so a version-3
-# daemon serves version 2 unchanged.
-# 4: listings in pages (Children.last, Welcome.more) and ChildInfo.argv_omitted.
-# Each is left out of the body at its default, and a daemon sets none of them
-# for an older client, so version 2 and 3 peers see the frames they know.
-# 5: OS strings (argv, cwd, environment: ``OsStr``) whose bytes are not UTF-8
-# travel as {"b": base64}. Anything else is version 4; a daemon shows an
-# older client such a string escaped (``caf\xe9``), and a client refuses to
-# send one to an older daemon.
-PROTOCOL_VERSION = 5
-MIN_PROTOCOL_VERSION = 2
-OS_BYTES_VERSION = 5
+from multiserver._proto import (
+    MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
+    NAME_RE as NAME_RE,
+    OS_BYTES_VERSION as OS_BYTES_VERSION,
+    PROTOCOL_VERSION as PROTOCOL_VERSION,
+    claimed_problem,
+    describe_exit as describe_exit,
+    exit_status as exit_status,
+)
 
 ChildState = Literal["running", "exited"]
 
-# What a session name (Launch.name) may be; the daemon refuses any other.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+
+class _OsStringMark:
+    def __repr__(self) -> str:
+        return "OS_STRING"
+
+
+OS_STRING = _OsStringMark()
+
+# A field that holds what the OS takes as bytes: argv, a cwd, the
+# environment (``_osstr`` says how such a string is held and carried).
+OsStr = Annotated[str, OS_STRING]
+
+
+def is_os_str(tp: Any) -> bool:
+    """Whether the type ``tp`` is ``OsStr``."""
+    return OS_STRING in getattr(tp, "__metadata__", ())
 
 
 @attrs.frozen
@@ -67,23 +74,6 @@ class ChildInfo:
     # Version 4. Characters of argv left out of this answer (a listing is
     # bounded; the child keeps its whole argv). 0: argv is whole.
     argv_omitted: int = 0
-
-
-def describe_exit(exit_code: int) -> str:
-    """A child's end as a person reads it: "exited with code 3", or, for a
-    negative ``ChildInfo.exit_code``, "killed by SIGHUP"."""
-    if exit_code >= 0:
-        return f"exited with code {exit_code}"
-    try:
-        name = signal.Signals(-exit_code).name
-    except ValueError:
-        name = f"signal {-exit_code}"
-    return f"killed by {name}"
-
-
-def exit_status(exit_code: int) -> int:
-    """A child's end as a shell reports it: its code, or 128+N for signal N."""
-    return 128 - exit_code if exit_code < 0 else exit_code
 
 
 # --- handshake -------------------------------------------------------------
@@ -269,16 +259,7 @@ class Claimed:
 
     def check(self, nfds: int) -> str | None:
         """Why the frame is inconsistent with the fds that came with it."""
-        want = sum(1 for c in self.children if c.fd)
-        if want != nfds:
-            return f"Claimed: {want} children say their fd comes with the frame, {nfds} fds came"
-        if any(
-            c.output_len < 0 or (c.child is None and (c.fd or c.output_len)) for c in self.children
-        ):
-            return "Claimed: a failed child carries output or an fd"
-        if sum(c.output_len for c in self.children) != len(self.outputs):
-            return "Claimed: the output lengths do not add up to the blob"
-        return None
+        return claimed_problem(self.children, self.outputs, nfds)
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ from typing import Literal
 import attrs
 import cattrs
 
-from multiserver._codec import _strict
+from multiserver._body import strict
 
 Started = Literal["on-demand", "service", "foreground"]
 # Longer than any line written here; a file past it is no origin.
@@ -73,9 +73,9 @@ def _make_converter() -> cattrs.Converter:
     # The lock file's own: values exactly typed (the wire's checks), unknown
     # fields tolerated, as saved state's are.
     conv = cattrs.Converter(forbid_extra_keys=False)
-    conv.register_structure_hook(int, _strict(int, "integer"))
-    conv.register_structure_hook(float, _strict(float, "number"))
-    conv.register_structure_hook(str, _strict(str, "string"))
+    conv.register_structure_hook(int, strict(int, "integer"))
+    conv.register_structure_hook(float, strict(float, "number"))
+    conv.register_structure_hook(str, strict(str, "string"))
     return conv
 
 

@@ -6,8 +6,8 @@ that is not part of valid UTF-8 becomes a lone surrogate U+DC80..U+DCFF, and
 ``os.fsencode`` gives the same bytes back. Such a ``str`` has no UTF-8 form,
 so a JSON body cannot carry it as a string. Pure; no I/O.
 
-The messages keep ``str`` (``OsStr`` is ``str`` to a type checker) and the
-codec's converter finds the fields by the ``OS_STRING`` mark. On the wire an
+The messages keep ``str`` (``_messages.OsStr`` is ``str`` to a type
+checker) and the codecs find the fields by its mark. On the wire an
 OS string is its bytes: a JSON string when they are valid UTF-8, else
 ``{"b": base64}`` (version 5; docs/protocol.md §2). For a person, every such
 string is shown one way, ``escaped``: ``caf\\xe9``.
@@ -16,23 +16,6 @@ string is shown one way, ``escaped``: ``caf\\xe9``.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
-
-
-class _OsStringMark:
-    def __repr__(self) -> str:
-        return "OS_STRING"
-
-
-OS_STRING = _OsStringMark()
-
-# A field that holds what the OS takes as bytes: argv, a cwd, the environment.
-OsStr = Annotated[str, OS_STRING]
-
-
-def is_os_str(tp: Any) -> bool:
-    """Whether the type ``tp`` is ``OsStr``."""
-    return OS_STRING in getattr(tp, "__metadata__", ())
 
 
 def to_wire(text: str) -> str | bytes:

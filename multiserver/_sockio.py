@@ -13,8 +13,8 @@ import os
 import socket
 from collections.abc import Sequence
 
-from multiserver._codec import MAX_FDS_PER_FRAME
 from multiserver._errors import ConnectionClosed
+from multiserver._frames import MAX_FDS_PER_FRAME
 
 RECV_SIZE = 256 * 1024
 _ANCILLARY = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * array.array("i").itemsize)

@@ -37,8 +37,8 @@ from multiserver._messages import (
     Message,
     Refused,
     Welcome,
+    is_os_str,
 )
-from multiserver._osstr import is_os_str
 from tests.multiserver.test_codec import Pipes, fd_is_closed
 
 PROPERTY_SETTINGS = settings(

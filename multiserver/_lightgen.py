@@ -1,0 +1,185 @@
+"""Writes ``_light_messages.py`` from the attrs message classes, as
+protobuf's ``_pb2`` modules are written from their ``.proto``.
+
+The attrs classes of ``_messages`` are the protocol's one definition. The
+blocking client must start without importing attrs or cattrs (each command
+a person types pays for every import), so it holds messages as plain
+classes with the same names, fields, defaults and type codes, generated
+here, and reads and writes their bodies with ``_light``, a codec driven by
+the field table generated beside them. ``make faces`` runs this;
+``tests/multiserver/test_light.py`` fails when the module is stale, and runs
+every message through both codecs.
+
+Each field's kind, as the table spells it: ``int float str bool bytes os``
+(an ``OsStr``), ``lit:A|B`` (a Literal), a class name (a nested record),
+``[K]`` (a list of K), ``env`` (a ``dict[OsStr, OsStr]``), and ``?K`` (K or
+None).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from multiserver import _messages
+from multiserver._messages import MAX_FDS, MESSAGE_TYPES, ChildInfo, ClaimedChild, is_os_str
+from multiserver._proto import OMIT_IF_DEFAULT
+
+TARGET = Path(__file__).with_name("_light_messages.py")
+# Records that travel inside messages, before the messages that hold them.
+RECORDS: tuple[type, ...] = (ChildInfo, ClaimedChild)
+
+
+def kind_of(tp: Any) -> str:
+    """A field's type, as the table spells it."""
+    if is_os_str(tp):
+        return "os"
+    if tp in (int, float, str, bool, bytes):
+        return str(tp.__name__)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return "lit:" + "|".join(args)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1 or len(args) != 2:
+            raise TypeError(f"no light form for {tp!r}")
+        return "?" + kind_of(rest[0])
+    if origin is list:
+        return f"[{kind_of(args[0])}]"
+    if origin is dict and is_os_str(args[0]) and is_os_str(args[1]):
+        return "env"
+    if attrs.has(tp):
+        return str(tp.__name__)
+    raise TypeError(f"no light form for {tp!r}")
+
+
+_NO_DEFAULT = "REQUIRED"
+
+
+def fields_of(cls: type) -> list[tuple[str, str, str, bool]]:
+    """(name, kind, default as source or REQUIRED, omitted at its default)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    omitted = OMIT_IF_DEFAULT.get(cls.__name__, ())
+    out = []
+    for f in attrs.fields(cls):
+        if f.default is attrs.NOTHING:
+            default = _NO_DEFAULT
+        elif isinstance(f.default, int | float | str | bytes | bool | None):
+            default = repr(f.default)
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: a default the light form cannot hold")
+        omit = default != _NO_DEFAULT and ("*" in omitted or f.name in omitted)
+        out.append((f.name, kind_of(hints[f.name]), default, omit))
+    return out
+
+
+_HEADER = '''"""GENERATED from multiserver/_messages.py by multiserver/_lightgen.py
+(``make faces``); do not edit. ``tests/multiserver/test_light.py`` fails
+when it is stale.
+
+The protocol's messages as plain classes, for the blocking client, which
+imports neither attrs nor cattrs (``_light`` reads and writes them). Each
+has the name, fields, defaults and type code of its attrs class; to a type
+checker it is that class.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+'''
+
+_RECORD = '''
+
+class Record:
+    """Fields by position or name, compared by class and fields."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+'''
+
+
+def _class_source(cls: type) -> str:
+    fields = fields_of(cls)
+    names = [f[0] for f in fields]
+    params = ", ".join(n if d == _NO_DEFAULT else f"{n}={d}" for n, _k, d, _o in fields)
+    lines = [
+        "",
+        "",
+        f"    class {cls.__name__}(Record):",
+        f"        __slots__ = ({', '.join(repr(n) for n in names)},)",
+    ]
+    if hasattr(cls, "TYPE"):
+        lines.append(f"        TYPE = {cls.TYPE}")
+    blob = getattr(cls, "BLOB", None)
+    if blob is not None:
+        lines.append(f"        BLOB = {blob!r}")
+    lines.append("")
+    lines.append(f"        def __init__(self, {params}):")
+    lines += [f"            self.{n} = {n}" for n in names]
+    return "\n".join(lines)
+
+
+def module_text() -> str:
+    """The whole of ``_light_messages.py``."""
+    classes = [*RECORDS, *MESSAGE_TYPES.values()]
+    names = [c.__name__ for c in classes]
+    out = [_HEADER]
+    out.append("if TYPE_CHECKING:")
+    out.append("    from multiserver._messages import (")
+    out += [f"        {n} as {n}," for n in sorted(names)]
+    out.append("    )")
+    out.append("else:")
+    out.append(_RECORD.replace("\n", "\n    ").replace("\n    \n", "\n\n").strip("\n"))
+    out += [_class_source(c) for c in classes]
+    out.append("")
+    out.append("")
+    out.append("# name -> ((field, kind, default or REQUIRED, omitted at its default), ...)")
+    out.append("FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {")
+    for c in classes:
+        out.append(f"    {c.__name__!r}: (")
+        for n, k, d, o in fields_of(c):
+            out.append(f"        ({n!r}, {k!r}, {d if d != _NO_DEFAULT else repr(d)}, {o}),")
+        out.append("    ),")
+    out.append("}")
+    out.append(f"REQUIRED = {_NO_DEFAULT!r}")
+    out.append("# type code -> class name; the codes a client sends; fds a message may carry")
+    out.append(
+        "TYPES: dict[int, str] = {"
+        + ", ".join(f"{code}: {cls.__name__!r}" for code, cls in MESSAGE_TYPES.items())
+        + "}"
+    )
+    client = sorted(c.TYPE for c in _messages.CLIENT_MESSAGES)
+    out.append(f"CLIENT: frozenset[int] = frozenset({{{', '.join(map(str, client))}}})")
+    out.append(
+        "MAX_FDS: dict[int, int] = {"
+        + ", ".join(f"{cls.TYPE}: {n}" for cls, n in MAX_FDS.items())
+        + "}"
+    )
+    return "\n".join(out) + "\n"
+
+
+def write() -> bool:
+    """Write the module if it differs; whether it did."""
+    text = module_text()
+    if TARGET.exists() and TARGET.read_text() == text:
+        return False
+    TARGET.write_text(text)
+    return True
+
+
+if __name__ == "__main__":
+    print(f"{TARGET}: {'written' if write() else 'up to date'}")

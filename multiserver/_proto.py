@@ -1,0 +1,77 @@
+"""What the protocol is, apart from its message classes: the version
+numbers, the name rule, how a child's end reads, and the rules of the
+``Claimed`` frame. Pure, and free of attrs: the message classes
+(``_messages``) and the light client path (``_light``) share it.
+
+Any change to a message, its fields or its meaning bumps ``PROTOCOL_VERSION``.
+"""
+
+from __future__ import annotations
+
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+# 3: Hello.children. A version-2 client never sends it, so a version-3
+# daemon serves version 2 unchanged.
+# 4: listings in pages (Children.last, Welcome.more) and ChildInfo.argv_omitted.
+# Each is left out of the body at its default, and a daemon sets none of them
+# for an older client, so version 2 and 3 peers see the frames they know.
+# 5: OS strings (argv, cwd, environment: ``OsStr``) whose bytes are not UTF-8
+# travel as {"b": base64}. Anything else is version 4; a daemon shows an
+# older client such a string escaped (``caf\xe9``), and a client refuses to
+# send one to an older daemon.
+PROTOCOL_VERSION = 5
+MIN_PROTOCOL_VERSION = 2
+OS_BYTES_VERSION = 5
+
+# What a session name (Launch.name) may be; the daemon refuses any other.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+
+# Fields left out of a body while at their default, by message name ("*":
+# every field). Hello's, so that the handshake frame stays what the first
+# version-2 clients sent; the fields version 4 added, so that an older peer
+# (which rejects unknown fields) sees the frames it knows. Both codecs read
+# this table.
+OMIT_IF_DEFAULT: dict[str, tuple[str, ...]] = {
+    "Hello": ("*",),
+    "ChildInfo": ("argv_omitted",),
+    "Welcome": ("more",),
+    "Children": ("last",),
+}
+
+
+def describe_exit(exit_code: int) -> str:
+    """A child's end as a person reads it: "exited with code 3", or, for a
+    negative ``ChildInfo.exit_code``, "killed by SIGHUP"."""
+    if exit_code >= 0:
+        return f"exited with code {exit_code}"
+    import signal  # only for a child a signal ended
+
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    return f"killed by {name}"
+
+
+def exit_status(exit_code: int) -> int:
+    """A child's end as a shell reports it: its code, or 128+N for signal N."""
+    return 128 - exit_code if exit_code < 0 else exit_code
+
+
+def claimed_problem(children: Sequence[Any], outputs: bytes, nfds: int) -> str | None:
+    """Why a ``Claimed`` frame (its ``ClaimedChild`` parts, of either
+    message family) is inconsistent with the fds that came with
+    it; None if it is not."""
+    want = sum(1 for c in children if c.fd)
+    if want != nfds:
+        return f"Claimed: {want} children say their fd comes with the frame, {nfds} fds came"
+    if any(c.output_len < 0 or (c.child is None and (c.fd or c.output_len)) for c in children):
+        return "Claimed: a failed child carries output or an fd"
+    if sum(c.output_len for c in children) != len(outputs):
+        return "Claimed: the output lengths do not add up to the blob"
+    return None
