@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 EXPORTS = {
     "multiserver._buffer": ("OutputBuffer", "safe_start"),
     "multiserver._client": ("Client", "dial", "handshake", "open_client"),
-    "multiserver._frames": ("close_fds",),
+    "multiserver._frames": ("close_fds", "is_a", "replaced"),
     "multiserver._config": ("DaemonConfig", "config_from_env"),
     "multiserver._daemon_main": ("run_foreground",),
     "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),

@@ -36,6 +36,8 @@ from multiserver._errors import (
 )
 from multiserver._frames import (
     close_fds as close_fds,
+    is_a as is_a,
+    replaced as replaced,
 )
 from multiserver._lazy import (
     lazy_exports as lazy_exports,

@@ -12,14 +12,10 @@ fds a call has collected so far, for a request cut short.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
 
-import attrs
-
-from multiserver._codec import Event, close_fds
 from multiserver._errors import ChildFailed
-from multiserver._messages import (
+from multiserver._frames import Event, Family, close_fds, is_a
+from multiserver._light_messages import (
     ChildError,
     ChildInfo,
     Children,
@@ -30,7 +26,6 @@ from multiserver._messages import (
     Launch,
     Launched,
     ListChildren,
-    Message,
     Ok,
     Peek,
     Peeked,
@@ -42,6 +37,28 @@ from multiserver._messages import (
 )
 from multiserver._results import ClaimResult, LaunchResult, PeekResult, claim_results
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Generic, TypeVar
+
+    from multiserver._messages import Message
+
+    T = TypeVar("T")
+
+    class _Result(Generic[T]):
+        pass
+
+else:
+    T = None  # type: ignore[misc]  # no typing at run time (see _Result)
+
+    class _Result:
+        """``Call[T]`` to a type checker; no ``typing`` at run time (the
+        blocking client's commands start faster without it)."""
+
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
 
 class More:
     def __repr__(self) -> str:
@@ -49,13 +66,13 @@ class More:
 
 
 MORE = More()
-T = TypeVar("T")
 
 
-class Call(Generic[T]):
-    """One request: ``message(req)``, then ``feed`` each reply frame."""
+class Call(_Result[T]):
+    """One request: ``message(req, family)`` (the request, as a message
+    of ``family``), then ``feed`` each reply frame."""
 
-    def message(self, req: int) -> Message:
+    def message(self, req: int, f: Family) -> Message:
         raise NotImplementedError
 
     def feed(self, event: Event) -> T | More:
@@ -65,20 +82,25 @@ class Call(Generic[T]):
         """The request was cut short: close what it collected."""
 
 
-@attrs.define
 class _OneReply(Call[T]):
     """A request answered by one frame of type ``reply``."""
 
-    make: Callable[[int], Message]
-    reply: type[Message]
-    result: Callable[[Message], T]
+    def __init__(
+        self,
+        make: Callable[[Family, int], Message],
+        reply: type[Message],
+        result: Callable[[Message], T],
+    ) -> None:
+        self.make = make
+        self.reply = reply
+        self.result = result
 
-    def message(self, req: int) -> Message:
-        return self.make(req)
+    def message(self, req: int, f: Family) -> Message:
+        return self.make(f, req)
 
     def feed(self, event: Event) -> T | More:
         close_fds(event.fds)
-        assert isinstance(event.message, self.reply), event.message
+        assert is_a(event.message, self.reply), event.message
         return self.result(event.message)
 
 
@@ -87,12 +109,12 @@ def _nothing(msg: Message) -> None:
 
 
 def _collected(msg: Message) -> ChildInfo:
-    assert isinstance(msg, Collected)
+    assert is_a(msg, Collected)
     return msg.child
 
 
 def _peeked(msg: Message) -> PeekResult:
-    assert isinstance(msg, Peeked)
+    assert is_a(msg, Peeked)
     return PeekResult(msg.child, msg.output, msg.dropped)
 
 
@@ -111,7 +133,7 @@ def launch(
     env = dict(os.environ) if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
     return _Launch(
-        lambda req: Launch(
+        lambda f, req: f.cls(Launch)(
             req=req,
             argv=list(argv),
             env=env,
@@ -125,15 +147,15 @@ def launch(
     )
 
 
-@attrs.define
 class _Launch(Call[LaunchResult]):
-    make: Callable[[int], Message]
+    def __init__(self, make: Callable[[Family, int], Message]) -> None:
+        self.make = make
 
-    def message(self, req: int) -> Message:
-        return self.make(req)
+    def message(self, req: int, f: Family) -> Message:
+        return self.make(f, req)
 
     def feed(self, event: Event) -> LaunchResult:
-        assert isinstance(event.message, Launched), event.message
+        assert is_a(event.message, Launched), event.message
         return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
 
 
@@ -141,22 +163,22 @@ def claim(ids: Sequence[int], *, steal: bool, keep_output: bool) -> Call[list[Cl
     return _Claim(list(ids), steal, keep_output)
 
 
-@attrs.define
 class _Claim(Call[list[ClaimResult]]):
     """The answer comes in frames until ``last``; each frame's fds are the
     caller's once the call returns."""
 
-    ids: list[int]
-    steal: bool
-    keep_output: bool
-    results: list[ClaimResult] = attrs.Factory(list)
+    def __init__(self, ids: list[int], steal: bool, keep_output: bool) -> None:
+        self.ids = ids
+        self.steal = steal
+        self.keep_output = keep_output
+        self.results: list[ClaimResult] = []
 
-    def message(self, req: int) -> Message:
-        return Claim(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
+    def message(self, req: int, f: Family) -> Message:
+        return f.cls(Claim)(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
 
     def feed(self, event: Event) -> list[ClaimResult] | More:
         msg = event.message
-        assert isinstance(msg, Claimed), msg
+        assert is_a(msg, Claimed), msg
         self.results += claim_results(msg, event.fds)
         return self.results if msg.last else MORE
 
@@ -171,17 +193,17 @@ def release(
     return _Release(list(ids), replace_output)
 
 
-@attrs.define
 class _Release(Call[tuple[list[int], list[ChildFailed]]]):
     """A ChildError for each child that could not be released, then
     Released: (released ids, failures)."""
 
-    ids: list[int]
-    replace_output: bytes | None
-    failures: list[ChildFailed] = attrs.Factory(list)
+    def __init__(self, ids: list[int], replace_output: bytes | None) -> None:
+        self.ids = ids
+        self.replace_output = replace_output
+        self.failures: list[ChildFailed] = []
 
-    def message(self, req: int) -> Message:
-        return Release(
+    def message(self, req: int, f: Family) -> Message:
+        return f.cls(Release)(
             req=req,
             ids=self.ids,
             replace_output=self.replace_output is not None,
@@ -191,10 +213,10 @@ class _Release(Call[tuple[list[int], list[ChildFailed]]]):
     def feed(self, event: Event) -> tuple[list[int], list[ChildFailed]] | More:
         close_fds(event.fds)
         msg = event.message
-        if isinstance(msg, ChildError):
+        if is_a(msg, ChildError):
             self.failures.append(ChildFailed(msg.id, msg.errno, msg.message))
             return MORE
-        assert isinstance(msg, Released), msg
+        assert is_a(msg, Released), msg
         return list(msg.ids), self.failures
 
 
@@ -202,39 +224,45 @@ def listing(*, foreground: bool) -> Call[list[ChildInfo]]:
     return _Listing(foreground)
 
 
-@attrs.define
 class _Listing(Call[list[ChildInfo]]):
     """One page, or (version 4) pages until the last."""
 
-    foreground: bool
-    children: list[ChildInfo] = attrs.Factory(list)
+    def __init__(self, foreground: bool) -> None:
+        self.foreground = foreground
+        self.children: list[ChildInfo] = []
 
-    def message(self, req: int) -> Message:
-        return ListChildren(req=req, foreground=self.foreground)
+    def message(self, req: int, f: Family) -> Message:
+        return f.cls(ListChildren)(req=req, foreground=self.foreground)
 
     def feed(self, event: Event) -> list[ChildInfo] | More:
         close_fds(event.fds)
         msg = event.message
-        assert isinstance(msg, Children), msg
+        assert is_a(msg, Children), msg
         self.children += msg.children
         return self.children if msg.last else MORE
 
 
 def signal(child_id: int, signum: int) -> Call[None]:
-    return _OneReply(lambda req: Signal(req=req, id=child_id, signum=signum), Ok, _nothing)
+    return _OneReply(
+        lambda f, req: f.cls(Signal)(req=req, id=child_id, signum=signum), Ok, _nothing
+    )
 
 
 def collect(child_id: int) -> Call[ChildInfo]:
-    return _OneReply(lambda req: Collect(req=req, id=child_id), Collected, _collected)
+    return _OneReply(lambda f, req: f.cls(Collect)(req=req, id=child_id), Collected, _collected)
 
 
 def peek(child_id: int, max_bytes: int | None) -> Call[PeekResult]:
-    return _OneReply(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes), Peeked, _peeked)
+    return _OneReply(
+        lambda f, req: f.cls(Peek)(req=req, id=child_id, max_bytes=max_bytes), Peeked, _peeked
+    )
 
 
 def resize(child_id: int, rows: int, cols: int) -> Call[None]:
-    return _OneReply(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols), Ok, _nothing)
+    return _OneReply(
+        lambda f, req: f.cls(Resize)(req=req, id=child_id, rows=rows, cols=cols), Ok, _nothing
+    )
 
 
 def shutdown(force: bool) -> Call[None]:
-    return _OneReply(lambda req: Shutdown(req=req, force=force), Ok, _nothing)
+    return _OneReply(lambda f, req: f.cls(Shutdown)(req=req, force=force), Ok, _nothing)

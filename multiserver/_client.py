@@ -26,7 +26,7 @@ import trio
 
 from multiserver import _calls as calls
 from multiserver._calls import Call, More
-from multiserver._codec import Codec, Event, Unrepresentable, close_fds
+from multiserver._codec import FULL, Codec, Event, Unrepresentable, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._errors import (
     ChildFailed,
@@ -182,7 +182,7 @@ class Client:
         result. Cancellation: what the call collected (fds) is closed."""
         with self._request() as (req, waiter):
             try:
-                await self._send(call.message(req))
+                await self._send(call.message(req, FULL))
                 while True:
                     out = call.feed(await self._next(waiter))
                     if not isinstance(out, More):
@@ -351,12 +351,12 @@ async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
     Cancellation: the connection is in an unknown state; close it.
     """
     try:
-        await framed.send(hello(children))
+        await framed.send(hello(FULL, children))
     except ConnectionClosed:
         # A daemon that refuses us before reading (another uid) has sent its
         # Error and closed: our send breaks, but its answer is there to read.
         pass
-    reader = WelcomeReader()
+    reader = WelcomeReader(FULL)
     while True:
         event = await framed.receive()
         close_fds(event.fds)

@@ -3,11 +3,9 @@ start one, and should not import the daemon to do so."""
 
 from __future__ import annotations
 
-import os
-
 import attrs
 
-MAX_BUFFER_LIMIT = 8 * 1024 * 1024  # a Claimed frame must stay under MAX_FRAME
+from multiserver._envconfig import MAX_BUFFER_LIMIT, env_settings, settings_args
 
 
 @attrs.frozen
@@ -41,54 +39,16 @@ class DaemonConfig:
 def config_from_env() -> DaemonConfig:
     """Daemon settings from MULTISERVER_BUFFER_LIMIT, MULTISERVER_IDLE_EXIT,
     MULTISERVER_FRAME_TIMEOUT and MULTISERVER_MAX_CONNECTIONS."""
-    kwargs: dict[str, object] = {}
-    raw = os.environ.get("MULTISERVER_BUFFER_LIMIT")
-    if raw:
-        kwargs["buffer_limit"] = _parse_int("MULTISERVER_BUFFER_LIMIT", raw, 0, MAX_BUFFER_LIMIT)
-    raw = os.environ.get("MULTISERVER_IDLE_EXIT")
-    if raw:
-        kwargs["idle_exit"] = None if raw in ("never", "none") else float(raw)
-    raw = os.environ.get("MULTISERVER_FRAME_TIMEOUT")
-    if raw:
-        kwargs["frame_timeout"] = kwargs["hello_timeout"] = _parse_seconds(
-            "MULTISERVER_FRAME_TIMEOUT", raw
-        )
-    raw = os.environ.get("MULTISERVER_MAX_CONNECTIONS")
-    if raw:
-        kwargs["max_connections"] = _parse_int("MULTISERVER_MAX_CONNECTIONS", raw, 1, 1_000_000)
-    return DaemonConfig(**kwargs)  # type: ignore[arg-type]
-
-
-def _parse_seconds(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not 0 < value < 10**6:
-        raise ValueError(f"{name} must be within 0..1000000 seconds, got {raw}")
-    return value
-
-
-def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be within {lo}..{hi}, got {value}")
-    return value
+    return DaemonConfig(**env_settings())  # type: ignore[arg-type]
 
 
 def config_args(config: DaemonConfig) -> list[str]:
     """The daemon's command line for ``config`` (what ``_daemon_main`` reads)."""
-    idle = "never" if config.idle_exit is None else repr(config.idle_exit)
-    return [
-        "--buffer-limit",
-        str(config.buffer_limit),
-        "--idle-exit",
-        idle,
-        "--frame-timeout",
-        repr(config.frame_timeout),
-        "--max-connections",
-        str(config.max_connections),
-    ]
+    return settings_args(
+        {
+            "buffer_limit": config.buffer_limit,
+            "idle_exit": config.idle_exit,
+            "frame_timeout": config.frame_timeout,
+            "max_connections": config.max_connections,
+        }
+    )

@@ -17,12 +17,15 @@ stale), as protobuf's ``_pb2`` modules are from their ``.proto``.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from types import ModuleType
-from typing import Any
 
-Exports = Mapping[str, tuple[str, ...]]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from types import ModuleType
+    from typing import Any
+
+    Exports = Mapping[str, tuple[str, ...]]
 
 
 def lazy_exports(
@@ -73,6 +76,8 @@ def stub_text(face: ModuleType) -> str:
 
 
 def stub_path(face: ModuleType) -> Path:
+    from pathlib import Path
+
     assert face.__file__ is not None
     return Path(face.__file__).with_suffix(".pyi")
 

@@ -21,8 +21,6 @@ import stat
 import sys
 from pathlib import Path
 
-import attrs
-
 from multiserver._errors import UnsafeDirectory
 
 APP = "multiserver"
@@ -119,14 +117,47 @@ def fits_sun_path(path: Path) -> bool:
     return len(os.fsencode(path)) < SUN_PATH_MAX
 
 
-@attrs.frozen
 class DaemonPaths:
-    """The files of daemon number ``number``. Building it does no I/O."""
+    """The files of daemon number ``number``. Building it does no I/O.
+    Immutable, compared and hashed by its fields. (A plain class: every
+    command needs it, and none should pay for importing attrs.)"""
 
+    __slots__ = ("lock", "number", "socket", "state_dir")
     number: int
     socket: Path
     lock: Path
     state_dir: Path
+
+    def __init__(self, number: int, socket: Path, lock: Path, state_dir: Path) -> None:
+        set_ = object.__setattr__
+        set_(self, "number", number)
+        set_(self, "socket", socket)
+        set_(self, "lock", lock)
+        set_(self, "state_dir", state_dir)
+
+    def _fields(self) -> tuple[int, Path, Path, Path]:
+        return (self.number, self.socket, self.lock, self.state_dir)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"DaemonPaths is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not DaemonPaths:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"DaemonPaths(number={self.number!r}, socket={self.socket!r},"
+            f" lock={self.lock!r}, state_dir={self.state_dir!r})"
+        )
+
+    def replace(self, *, state_dir: Path) -> DaemonPaths:
+        """The same daemon's files with another state dir."""
+        return DaemonPaths(self.number, self.socket, self.lock, state_dir)
 
     @property
     def dir(self) -> Path:

@@ -4,52 +4,81 @@ the caller's to close."""
 
 from __future__ import annotations
 
-import attrs
-
 from multiserver._errors import ChildFailed, PeerProtocolError, RequestFailed, VersionRefused
-from multiserver._messages import (
-    MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
-    ChildInfo,
-    Children,
-    Claimed,
-    Error,
-    Hello,
-    Message,
-    Refused,
-    Welcome,
-)
+from multiserver._frames import Family, is_a
+from multiserver._light_messages import Children, Error, Hello, Refused, Welcome
+from multiserver._proto import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from multiserver._messages import ChildInfo, Claimed, Message
 
 
-@attrs.frozen
-class LaunchResult:
-    child: ChildInfo
-    master: int | None  # the caller's; None when launched detached
+class _Result:
+    """Fields by position or name, compared by class and fields. Plain
+    classes, not attrs: the blocking client imports no attrs."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.frozen
-class ClaimResult:
+class LaunchResult(_Result):
+    __slots__ = ("child", "master")
+
+    def __init__(self, child: ChildInfo, master: int | None) -> None:
+        self.child = child
+        self.master = master  # the caller's; None when launched detached
+
+
+class ClaimResult(_Result):
     """One child of a claim: either ``child`` (with ``master`` if it runs,
     the output buffered while unheld and the count dropped past the bound)
     or ``error``."""
 
-    id: int
-    child: ChildInfo | None = None
-    master: int | None = None
-    output: bytes = b""
-    dropped: int = 0
-    error: ChildFailed | None = None
+    __slots__ = ("child", "dropped", "error", "id", "master", "output")
+
+    def __init__(
+        self,
+        id: int,
+        child: ChildInfo | None = None,
+        master: int | None = None,
+        output: bytes = b"",
+        dropped: int = 0,
+        error: ChildFailed | None = None,
+    ) -> None:
+        self.id = id
+        self.child = child
+        self.master = master
+        self.output = output
+        self.dropped = dropped
+        self.error = error
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    def without_master(self) -> ClaimResult:
+        """The same result, its master fd handed on (or closed)."""
+        return ClaimResult(self.id, self.child, None, self.output, self.dropped, self.error)
 
-@attrs.frozen
-class PeekResult:
-    child: ChildInfo
-    output: bytes
-    dropped: int
+
+class PeekResult(_Result):
+    __slots__ = ("child", "dropped", "output")
+
+    def __init__(self, child: ChildInfo, output: bytes, dropped: int) -> None:
+        self.child = child
+        self.output = output
+        self.dropped = dropped
 
 
 def claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
@@ -71,9 +100,9 @@ def claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
     return results
 
 
-def hello(children: bool) -> Hello:
+def hello(f: Family, children: bool) -> Hello:
     """The Hello every client of this library sends."""
-    return Hello(
+    return f.cls(Hello)(
         min_version=MIN_PROTOCOL_VERSION,
         max_version=PROTOCOL_VERSION,
         client="multiserver-client",
@@ -87,17 +116,18 @@ class WelcomeReader:
     (version 4 pages a long listing after it), else None. Raises
     VersionRefused, RequestFailed (e.g. a refused uid) or PeerProtocolError."""
 
-    def __init__(self) -> None:
+    def __init__(self, f: Family) -> None:
+        self._family = f
         self._welcome: Welcome | None = None
         self._listing: list[ChildInfo] = []
 
     def feed(self, msg: Message) -> Welcome | None:
         if self._welcome is None:
-            if isinstance(msg, Refused):
+            if is_a(msg, Refused):
                 raise VersionRefused(msg.reason)
-            if isinstance(msg, Error):
+            if is_a(msg, Error):
                 raise RequestFailed(msg.errno, msg.message)
-            assert isinstance(msg, Welcome)  # the codec admits nothing else first
+            assert is_a(msg, Welcome)  # the codec admits nothing else first
             if not MIN_PROTOCOL_VERSION <= msg.version <= PROTOCOL_VERSION:
                 raise VersionRefused(
                     f"daemon picked protocol version {msg.version}; this client speaks "
@@ -107,11 +137,19 @@ class WelcomeReader:
                 return msg
             self._welcome, self._listing = msg, list(msg.children)
             return None
-        if isinstance(msg, Error):
+        if is_a(msg, Error):
             raise RequestFailed(msg.errno, msg.message)
-        if not isinstance(msg, Children) or msg.req != 0:
+        if not is_a(msg, Children) or msg.req != 0:
             raise PeerProtocolError(f"expected the rest of the listing, got {type(msg).__name__}")
         self._listing += msg.children
         if msg.last:
-            return attrs.evolve(self._welcome, children=self._listing, more=False)
+            w = self._welcome
+            return self._family.cls(Welcome)(
+                version=w.version,
+                instance_id=w.instance_id,
+                pid=w.pid,
+                server=w.server,
+                children=self._listing,
+                more=False,
+            )
         return None

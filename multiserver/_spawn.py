@@ -18,9 +18,8 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from multiserver._config import DaemonConfig, config_args, config_from_env
+from multiserver._envconfig import env_settings, settings_args
 from multiserver._errors import (
     DaemonAlreadyRunning,
     DaemonNotRunning,
@@ -30,8 +29,11 @@ from multiserver._errors import (
 from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
 from multiserver._stale import remove_stale_socket
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+
+    from multiserver._config import DaemonConfig
 
 # While another process holds the lock (a daemon starting or exiting), poll
 # the socket at this interval. The caller's deadline bounds the wait.
@@ -94,7 +96,9 @@ def connect_blocking(path: Path, deadline: float | None = None) -> socket.socket
     return sock
 
 
-def daemon_argv(paths: DaemonPaths, ready_fd: int, lock_fd: int, config: DaemonConfig) -> list[str]:
+def daemon_argv(
+    paths: DaemonPaths, ready_fd: int, lock_fd: int, config: DaemonConfig | None
+) -> list[str]:
     """The daemon's command line: this interpreter with ``-P``, so that
     ``-m`` puts no directory of the caller's first on ``sys.path`` (a
     ``multiserver/`` folder where a person typed a command would be the
@@ -112,12 +116,21 @@ def daemon_argv(paths: DaemonPaths, ready_fd: int, lock_fd: int, config: DaemonC
         str(lock_fd),
         "--state-dir",
         str(paths.state_dir),
-        *config_args(config),
+        *_config_args(config),
     ]
 
 
+def _config_args(config: DaemonConfig | None) -> list[str]:
+    """The daemon's settings: ``config``'s, or (None) the environment's."""
+    if config is None:
+        return settings_args(env_settings())
+    from multiserver._config import config_args
+
+    return config_args(config)
+
+
 def spawn_daemon(
-    paths: DaemonPaths, lock_fd: int, config: DaemonConfig
+    paths: DaemonPaths, lock_fd: int, config: DaemonConfig | None
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Spawn a detached daemon that inherits ``lock_fd`` (locked by the
     caller); returns (the session leader it is spawned as, the read end of
@@ -203,7 +216,7 @@ def connect_or_start_blocking(
             continue
         try:
             if remove_stale_socket(paths.socket) != "live":
-                leader, rd = spawn_daemon(paths, lock_fd, config or config_from_env())
+                leader, rd = spawn_daemon(paths, lock_fd, config)
                 try:
                     line = read_line(rd, deadline)
                 finally:

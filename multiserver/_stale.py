@@ -21,7 +21,6 @@ import os
 import socket
 import stat
 from pathlib import Path
-from typing import Literal
 
 from multiserver._errors import MultiserverError, UnsafeDirectory
 
@@ -29,7 +28,22 @@ from multiserver._errors import MultiserverError, UnsafeDirectory
 # - "removed": nothing answered; the socket file was unlinked.
 # - "live": something accepts connections there; left alone.
 # - "gone": no file there (or it went meanwhile).
-SocketFound = Literal["removed", "live", "gone"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    SocketFound = Literal["removed", "live", "gone"]
+
+
+def __getattr__(name: str) -> object:
+    # ``SocketFound`` at run time, for the face: ``typing`` only when asked
+    # (every command checks for a stale socket; none needs the type).
+    if name == "SocketFound":
+        from typing import Literal
+
+        return Literal["removed", "live", "gone"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _LIVE = (0, errno.EAGAIN, errno.EINPROGRESS)
 

@@ -17,17 +17,10 @@ from __future__ import annotations
 import collections
 import itertools
 import select
-import socket
 import time
-from collections.abc import Sequence
-from pathlib import Path
-from types import TracebackType
-from typing import TypeVar
 
 from multiserver import _calls as calls
-from multiserver._calls import Call, More
-from multiserver._codec import NEED_DATA, Codec, Event, ProtocolError, Unrepresentable, close_fds
-from multiserver._config import DaemonConfig
+from multiserver._calls import More
 from multiserver._errors import (
     ChildFailed,
     ConnectionClosed,
@@ -36,29 +29,37 @@ from multiserver._errors import (
     PeerProtocolError,
     RequestFailed,
 )
-from multiserver._messages import (
-    ChildExited,
-    ChildInfo,
-    Children,
-    ChildTaken,
-    Claimed,
-    Error,
-    Message,
-    Welcome,
+from multiserver._frames import (
+    NEED_DATA,
+    Codec,
+    Event,
+    ProtocolError,
+    Unrepresentable,
+    close_fds,
+    is_a,
 )
+from multiserver._light import LIGHT
+from multiserver._light_messages import ChildExited, Children, ChildTaken, Claimed, Error
 from multiserver._paths import DaemonPaths
-from multiserver._results import (
-    ClaimResult,
-    LaunchResult,
-    PeekResult,
-    WelcomeReader,
-    hello,
-)
+from multiserver._results import WelcomeReader, hello
 from multiserver._sockio import receive_chunk, rights, send_some
 from multiserver._spawn import TimedOut, connect_blocking, connect_or_start_blocking, remaining
 
-Notice = ChildExited | ChildTaken
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Sequence
+    from pathlib import Path
+    from types import TracebackType
+    from typing import TypeVar
+
+    from multiserver._calls import Call
+    from multiserver._config import DaemonConfig
+    from multiserver._messages import ChildInfo, Message, Welcome
+    from multiserver._results import ClaimResult, LaunchResult, PeekResult
+
+    Notice = ChildExited | ChildTaken
+    T = TypeVar("T")
 
 
 class _Channel:
@@ -66,7 +67,7 @@ class _Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.codec = Codec("client")
+        self.codec = Codec("client", LIGHT)
         self.deadline: float | None = None
 
     def send(self, msg: Message) -> None:
@@ -153,16 +154,16 @@ class SyncClient:
         """A notice goes to ``notices``; a reply to an ignored request is
         dropped; anything else is returned."""
         msg = event.message
-        if isinstance(msg, ChildExited | ChildTaken):
+        if is_a(msg, ChildExited) or is_a(msg, ChildTaken):
             self.notices.append(msg)
             return None
         req = getattr(msg, "req", None)
         if req is None:  # the daemon reports our protocol error and closes
-            assert isinstance(msg, Error)
+            assert is_a(msg, Error)
             raise PeerProtocolError(msg.message)
         if req in self._ignored:
             close_fds(event.fds)
-            if not isinstance(msg, Claimed | Children) or msg.last:
+            if not (is_a(msg, Claimed) or is_a(msg, Children)) or msg.last:
                 self._ignored.discard(req)
             return None
         return event
@@ -172,7 +173,7 @@ class SyncClient:
         result. On an error, what the call collected (fds) is closed."""
         req = next(self._reqs)
         try:
-            self._channel.send(call.message(req))
+            self._channel.send(call.message(req, LIGHT))
         except Unrepresentable:  # nothing was sent: the connection is fine
             raise DaemonTooOld.speaking(self.welcome.version) from None
         try:
@@ -198,7 +199,7 @@ class SyncClient:
                 raise PeerProtocolError(
                     f"a reply to request {getattr(event.message, 'req', None)}, waiting for {req}"
                 )
-            if isinstance(event.message, Error):
+            if is_a(event.message, Error):
                 close_fds(event.fds)
                 raise RequestFailed(event.message.errno, event.message.message)
             return event
@@ -260,7 +261,7 @@ class SyncClient:
         """Resize without waiting for the answer (``read_notices`` drops it):
         for a loop that must not block on the daemon."""
         req = next(self._reqs)
-        self._channel.send(calls.resize(child_id, rows, cols).message(req))
+        self._channel.send(calls.resize(child_id, rows, cols).message(req, LIGHT))
         self._ignored.add(req)
 
     def shutdown(self, *, force: bool = False) -> None:
@@ -298,10 +299,10 @@ def handshake_blocking(channel: _Channel, *, children: bool = True) -> Welcome:
     """Hello, then the Welcome (and its pages). Raises as ``WelcomeReader``,
     or ConnectionClosed / TimedOut."""
     try:
-        channel.send(hello(children))
+        channel.send(hello(LIGHT, children))
     except ConnectionClosed:
         pass  # refused before it read us: its Error is there to read
-    reader = WelcomeReader()
+    reader = WelcomeReader(LIGHT)
     while True:
         event = channel.next_event()
         assert event is not None
@@ -326,7 +327,7 @@ def dial_blocking(
     Past the deadline: TimedOut, and nothing is left open (a daemon it
     started keeps running).
     """
-    if isinstance(paths, Path):
+    if not isinstance(paths, DaemonPaths):
         if start:
             raise ValueError("start=True needs DaemonPaths")
         socket_path = paths

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import attrs
 
-from multiserver import NAME_RE, ChildInfo, describe_exit
+from multiserver import NAME_RE, ChildInfo, describe_exit, replaced
 from multiserver_cli._format import daemon_label
 from restore import SessionLeaf
 
@@ -138,7 +138,7 @@ def sessions(survey: Survey) -> list[Session]:
                 Session(
                     c.name if saved is None else saved,
                     str(d.socket),
-                    c if saved is None else attrs.evolve(c, name=saved),
+                    c if saved is None else replaced(c, name=saved),
                     d.instance_id,
                     saved=saved is not None,
                     daemon_name=c.name,

@@ -32,6 +32,7 @@ from multiserver import (
     UnsafeDirectory,
     dial_blocking,
     find_sockets,
+    replaced,
 )
 from multiserver_cli._errors import CliError
 from multiserver_cli._names import (
@@ -195,7 +196,7 @@ def _where_saved(name: str, number: int | None, store: ArrangementStore | None) 
             child = client.peek(ref.child_id, 0).child
     except MultiserverError:
         return None  # gone, or not answering: the survey says which
-    return Located(Path(ref.socket), ref.instance_id, attrs.evolve(child, name=name))
+    return Located(Path(ref.socket), ref.instance_id, replaced(child, name=name))
 
 
 def lookup(

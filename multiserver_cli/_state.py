@@ -32,6 +32,7 @@ from multiserver import (
     SyncClient,
     TimedOut,
     dial_blocking,
+    is_a,
 )
 from restore import ArrangementStore, RestorationRef, SessionLeaf, StoreError
 
@@ -231,7 +232,7 @@ def end_child(
             notice = client.wait_notice(until)
             if notice is None:
                 return None
-            if isinstance(notice, ChildExited) and notice.id == child_id:
+            if is_a(notice, ChildExited) and notice.id == child_id:
                 return notice.exit_code
 
     with contextlib.suppress(RequestFailed):

@@ -46,14 +46,14 @@ class DaemonAttachment:
         result = self.claimed.get(name)
         if result is None or result.master is None:
             return None
-        self.claimed[name] = attrs.evolve(result, master=None)
+        self.claimed[name] = result.without_master()
         return result.master
 
     def close(self) -> None:
         """Close every fd still owned and the connection (which makes the
         daemon take its children back)."""
         close_fds([r.master for r in self.claimed.values() if r.master is not None])
-        self.claimed = {n: attrs.evolve(r, master=None) for n, r in self.claimed.items()}
+        self.claimed = {n: r.without_master() for n, r in self.claimed.items()}
         if self.client is not None:
             self.client.close()
 

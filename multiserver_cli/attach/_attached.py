@@ -32,6 +32,7 @@ from multiserver import (
     SyncClient,
     describe_exit,
     exit_status,
+    is_a,
 )
 from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
@@ -276,9 +277,9 @@ def _watch(
                 notice = client.notices.popleft()
                 if notice.id != child.id or stopping:
                     continue
-                if isinstance(notice, ChildTaken):
+                if is_a(notice, ChildTaken):
                     outcome.taken = True
-                elif isinstance(notice, ChildExited):
+                elif is_a(notice, ChildExited):
                     # The PTY may stay open (a grandchild holds it): stop.
                     outcome.exit_code = notice.exit_code
                 os.write(ctl_w, b"x")
@@ -302,7 +303,7 @@ def _watch(
         until = time.monotonic() + EXIT_NOTICE_WAIT
         with contextlib.suppress(ConnectionClosed):
             while (late := client.wait_notice(until)) is not None:
-                if late.id == child.id and isinstance(late, ChildExited):
+                if late.id == child.id and is_a(late, ChildExited):
                     outcome.exit_code = late.exit_code
                     break
 

@@ -80,9 +80,7 @@ def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
 def attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
     """Attach this terminal to the live session ``found`` (``attach NAME``,
     and ``new -A`` of a session that exists)."""
-    import attrs
-
-    from multiserver import dial_blocking
+    from multiserver import dial_blocking, replaced
     from multiserver_cli import _state
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach import _attached
@@ -101,7 +99,7 @@ def attach_found(args: Namespace, found: Located, store: ArrangementStore | None
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
-        child = attrs.evolve(result.child, name=name)
+        child = replaced(result.child, name=name)
         replay = _state.take_notice(store, name) + result.output
         if result.dropped:
             replay = (

@@ -13,7 +13,6 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 
-import attrs
 import pytest
 import trio
 
@@ -230,7 +229,7 @@ async def test_daemon_uses_the_state_dir_of_the_paths_it_was_started_for(
     """The starting client tells the daemon its state dir (``--state-dir``):
     paths built by hand log where they say, whatever the environment says."""
     elsewhere = ms_dirs.root / "other-state"
-    paths = attrs.evolve(ms_dirs.paths, state_dir=elsewhere)
+    paths = ms_dirs.paths.replace(state_dir=elsewhere)
     with trio.fail_after(15):
         async with open_client(paths, start=True) as client:
             pid = client.daemon_pid
