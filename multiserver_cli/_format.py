@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from multiserver import SOCKET_RE, ChildInfo, describe_exit, escaped
+from multiserver import SOCKET_RE, describe_exit, escaped
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from multiserver import ChildInfo
     from restore import SessionLeaf
 
 

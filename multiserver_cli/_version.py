@@ -5,11 +5,10 @@ multiserver is one this one works with (``compatible``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 from multiserver_cli._errors import CliError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from restore import Host
 
@@ -20,14 +19,10 @@ FEATURES = ("attach-relay",)
 
 
 def version_info() -> dict[str, object]:
-    from importlib.metadata import PackageNotFoundError, version
+    from multiserver import __version__
 
-    try:
-        ours = version("multiserver")
-    except PackageNotFoundError:
-        ours = "unknown"
     return {
-        "version": ours,
+        "version": __version__,
         "protocol": PROTOCOL_VERSION,
         "min_protocol": MIN_PROTOCOL_VERSION,
         "features": list(FEATURES),

@@ -55,8 +55,10 @@ COMMANDS: tuple[_args.Command, ...] = (
 ON_TRIO: tuple[_args.Command, ...] = (restore, orphans)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return _args.parser_for(COMMANDS)
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, one that parses that command line (only
+    the command it names gets its arguments)."""
+    return _args.parser_for(COMMANDS, argv)
 
 
 def run(command: _args.Command, args: argparse.Namespace) -> int:
@@ -72,11 +74,11 @@ def run(command: _args.Command, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     global_only = all(a.startswith("--daemon") or a.isdigit() for a in argv)
     if global_only:  # bare `multiserver`: new -A -n main
         argv = [*argv, "new", "-A", "-n", "main"]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help()

@@ -27,13 +27,13 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import attrs
 
 from multiserver import ChildInfo, ConnectionClosed, SyncClient, describe_exit, exit_status
 from multiserver_cli.attach._proxy import EOF, NOTE, TERMINAL_GONE
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from restore import HoldRecord
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import sys
 from argparse import ArgumentParser, Namespace
-from typing import TYPE_CHECKING
 
 from multiserver_cli._errors import CliError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from restore import Host
 

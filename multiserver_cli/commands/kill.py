@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import sys
 from argparse import ArgumentParser, Namespace
-from typing import TYPE_CHECKING
 
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from multiserver import ChildInfo, SyncClient
     from multiserver_cli._names import Session

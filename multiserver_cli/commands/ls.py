@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 from argparse import ArgumentParser, Namespace
-from typing import TYPE_CHECKING
 
 from multiserver_cli import _args
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from multiserver import ChildInfo
     from multiserver_cli._names import Session

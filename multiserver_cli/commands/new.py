@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 from argparse import ArgumentParser, Namespace
-from typing import TYPE_CHECKING, Any
 
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from multiserver import LaunchResult, SyncClient
     from multiserver_cli._names import Create, Survey
     from restore import ArrangementStore

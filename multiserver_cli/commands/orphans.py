@@ -4,9 +4,9 @@ into the window ``orphans`` and removes the stale sockets. On trio."""
 
 from __future__ import annotations
 
+import os
 import sys
 from argparse import ArgumentParser, Namespace
-from pathlib import Path
 
 NAME = "orphans"
 HELP = "list processes no saved session owns, and stale sockets (--adopt: adopt them)"
@@ -40,7 +40,7 @@ async def run(args: Namespace) -> int:
             table(
                 ["SOCKET", "STATE", "ACTION", "NAME", "DETAIL"],
                 [
-                    [Path(r.socket).name, r.state, r.action, r.name or "-", r.detail]
+                    [os.path.basename(r.socket), r.state, r.action, r.name or "-", r.detail]
                     for r in report.rows
                 ],
             )

@@ -18,13 +18,15 @@ import contextlib
 import os
 import sys
 from argparse import ArgumentParser, Namespace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from adopter import SweepRow
     from restore import Arrangement, ArrangementStore, DaemonAttachment, RestoreResult
 
@@ -253,7 +255,7 @@ async def _restore_and_sweep(
 def _arrival_line(att: DaemonAttachment) -> str:
     """One daemon's answer to the partial attach, for the live progress."""
     n = len(att.target.leaves)
-    what = f"{Path(att.target.socket).name} ({n} session{'' if n == 1 else 's'})"
+    what = f"{os.path.basename(att.target.socket)} ({n} session{'' if n == 1 else 's'})"
     if att.client is None:  # not reached: every leaf has the same reason
         why = att.gone[0].reason if att.gone else (att.error or "not reached")
         return f"{what}: {why}"

@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import sys
 from argparse import ArgumentParser, Namespace
-from typing import TYPE_CHECKING
 
 from multiserver_cli._errors import CliError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
 
