@@ -63,6 +63,7 @@ EXPORTS = {
         "try_lock",
     ),
     "multiserver._platform": ("set_winsize",),
+    "multiserver._record": ("mutable_record", "record"),
     "multiserver._proto": (
         "MIN_PROTOCOL_VERSION",
         "NAME_RE",

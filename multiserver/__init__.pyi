@@ -80,6 +80,10 @@ from multiserver._proto import (
     describe_exit as describe_exit,
     exit_status as exit_status,
 )
+from multiserver._record import (
+    mutable_record as mutable_record,
+    record as record,
+)
 from multiserver._results import (
     ClaimResult as ClaimResult,
     LaunchResult as LaunchResult,

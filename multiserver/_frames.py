@@ -122,10 +122,14 @@ class Family:
 
 
 def replaced(record: M, **changes: object) -> M:
-    """A copy of a message or record (of either family) with ``changes``."""
+    """A copy of a message or record (attrs, a generated twin or a light
+    ``_record``) with ``changes``."""
     cls = type(record)
     attrs_fields = getattr(cls, "__attrs_attrs__", None)
-    names = [a.name for a in attrs_fields] if attrs_fields is not None else cls.__slots__  # type: ignore[attr-defined]
+    if attrs_fields is not None:
+        names = [a.name for a in attrs_fields]
+    else:  # a generated twin (its slots), or a light record (_record)
+        names = getattr(cls, "__record_fields__", None) or cls.__slots__  # type: ignore[attr-defined]
     return cls(**{n: changes[n] if n in changes else getattr(record, n) for n in names})
 
 
