@@ -63,6 +63,7 @@ check: lint types test
 faces: $(STAMP)
 	$(BIN)/python -c 'from multiserver._lazy import write_stubs; write_stubs(["multiserver", "restore"])'
 	$(BIN)/python -m multiserver._lightgen
+	$(BIN)/python -m restore.store._lightgen
 
 
 BENCH_STAMP := $(VENV)/.installed-bench

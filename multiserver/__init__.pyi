@@ -42,6 +42,17 @@ from multiserver._frames import (
 from multiserver._lazy import (
     lazy_exports as lazy_exports,
 )
+from multiserver._light import (
+    twin_structurers as twin_structurers,
+)
+from multiserver._light_messages import (
+    LightChildExited as LightChildExited,
+    LightChildTaken as LightChildTaken,
+)
+from multiserver._lightgen import (
+    twin_module_text as twin_module_text,
+    write_module as write_module,
+)
 from multiserver._messages import (
     ChildExited as ChildExited,
     ChildInfo as ChildInfo,

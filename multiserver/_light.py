@@ -99,6 +99,7 @@ def _said(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+# The wire's scalars: exact JSON types, OS strings in their wire forms.
 _SCALARS: dict[str, Convert] = {
     "int": _scalar(int, "integer"),
     "float": _scalar(float, "number"),
@@ -110,43 +111,57 @@ _SCALARS: dict[str, Convert] = {
 }
 
 
-def _structurer(kind: str) -> Convert:
-    if kind.startswith("?"):
-        return _optional(_structurer(kind[1:]))
-    if kind.startswith("["):
-        return _list_of(_structurer(kind[1:-1]))
-    if kind.startswith("lit:"):
-        return _literal(tuple(kind[4:].split("|")))
-    if kind in _SCALARS:
-        return _SCALARS[kind]
-    return lambda value: _STRUCTURE[kind](value)
+def twin_structurers(
+    module: Any, scalars: dict[str, Convert], *, forbid_extra: bool
+) -> dict[str, Convert]:
+    """For each class of a generated twin module (``_lightgen``), a function
+    from its JSON object to an instance, by walking ``module.FIELDS``:
+    ``scalars`` read each scalar kind; an unknown field is refused
+    (``forbid_extra``: the wire) or ignored (saved state). A value that does
+    not fit raises an exception whose text says where (``[2].name: ...``)."""
+    built: dict[str, Convert] = {}
 
+    def structurer(kind: str) -> Convert:
+        if kind.startswith("?"):
+            return _optional(structurer(kind[1:]))
+        if kind.startswith("["):
+            return _list_of(structurer(kind[1:-1]))
+        if kind.startswith("lit:"):
+            return _literal(tuple(kind[4:].split("|")))
+        if kind in scalars:
+            return scalars[kind]
+        return lambda value: built[kind](value)
 
-def _record_structurer(name: str) -> Convert:
-    cls = getattr(m, name)
-    fields = [(f, _structurer(kind), default) for f, kind, default, _omit in m.FIELDS[name]]
-    known = frozenset(f for f, _c, _d in fields)
+    def record(name: str) -> Convert:
+        cls = getattr(module, name)
+        fields = [(f, structurer(kind), default) for f, kind, default, _omit in module.FIELDS[name]]
+        known = frozenset(f for f, _c, _d in fields)
+        required = module.REQUIRED
 
-    def structure(value: Any) -> Any:
-        if type(value) is not dict:
-            raise TypeError(f"expected object, got {type(value).__name__}")
-        if not known.issuperset(value):
-            extra = sorted(set(value) - known)
-            raise ValueError(f"extra fields: {', '.join(map(repr, extra))}")
-        kwargs = {}
-        for field, convert, default in fields:
-            if field in value:
-                try:
-                    kwargs[field] = convert(value[field])
-                except _Malformed as exc:
-                    raise exc.inside(field) from None
-                except Exception as exc:
-                    raise _Malformed(field, _said(exc)) from None
-            elif default == m.REQUIRED:
-                raise _Malformed("", f"missing field {field!r}")
-        return cls(**kwargs)
+        def structure(value: Any) -> Any:
+            if type(value) is not dict:
+                raise TypeError(f"expected object, got {type(value).__name__}")
+            if forbid_extra and not known.issuperset(value):
+                extra = sorted(set(value) - known)
+                raise ValueError(f"extra fields: {', '.join(map(repr, extra))}")
+            kwargs = {}
+            for field, convert, default in fields:
+                if field in value:
+                    try:
+                        kwargs[field] = convert(value[field])
+                    except _Malformed as exc:
+                        raise exc.inside(field) from None
+                    except Exception as exc:
+                        raise _Malformed(field, _said(exc)) from None
+                elif default == required:
+                    raise _Malformed("", f"missing field {field!r}")
+            return cls(**kwargs)
 
-    return structure
+        return structure
+
+    for name in module.FIELDS:
+        built[name] = record(name)
+    return built
 
 
 def _unstructurer(kind: str) -> Convert:
@@ -183,7 +198,7 @@ def _record_unstructurer(name: str) -> Convert:
     return unstructure
 
 
-_STRUCTURE: dict[str, Convert] = {name: _record_structurer(name) for name in m.FIELDS}
+_STRUCTURE = twin_structurers(m, _SCALARS, forbid_extra=True)
 _UNSTRUCTURE: dict[str, Convert] = {name: _record_unstructurer(name) for name in m.FIELDS}
 
 

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
         Signal as Signal,
         Welcome as Welcome,
     )
+    from multiserver._messages import ChildExited as LightChildExited  # noqa: F401
+    from multiserver._messages import ChildTaken as LightChildTaken  # noqa: F401
+    __all__ = ['LightChildExited', 'LightChildTaken']
 else:
     class Record:
         """Fields by position or name, compared by class and fields."""
@@ -334,6 +337,9 @@ else:
 
         def __init__(self, id):
             self.id = id
+
+    LightChildExited = ChildExited
+    LightChildTaken = ChildTaken
 
 
 # name -> ((field, kind, default or REQUIRED, omitted at its default), ...)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,10 +61,12 @@ def kind_of(tp: Any) -> str:
 _NO_DEFAULT = "REQUIRED"
 
 
-def fields_of(cls: type) -> list[tuple[str, str, str, bool]]:
+def fields_of(
+    cls: type, omitting: Mapping[str, tuple[str, ...]] | None = None
+) -> list[tuple[str, str, str, bool]]:
     """(name, kind, default as source or REQUIRED, omitted at its default)."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    omitted = OMIT_IF_DEFAULT.get(cls.__name__, ())
+    omitted = (omitting or {}).get(cls.__name__, ())
     out = []
     for f in attrs.fields(cls):
         if f.default is attrs.NOTHING:
@@ -77,14 +80,11 @@ def fields_of(cls: type) -> list[tuple[str, str, str, bool]]:
     return out
 
 
-_HEADER = '''"""GENERATED from multiserver/_messages.py by multiserver/_lightgen.py
-(``make faces``); do not edit. ``tests/multiserver/test_light.py`` fails
+_HEADER = '''"""GENERATED from {source} by {generator}
+(``make faces``); do not edit. {test} fails
 when it is stale.
 
-The protocol's messages as plain classes, for the blocking client, which
-imports neither attrs nor cattrs (``_light`` reads and writes them). Each
-has the name, fields, defaults and type code of its attrs class; to a type
-checker it is that class.
+{about}
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ class Record:
 '''
 
 
-def _class_source(cls: type) -> str:
-    fields = fields_of(cls)
+def _class_source(cls: type, omitted: Mapping[str, tuple[str, ...]]) -> str:
+    fields = fields_of(cls, omitted)
     names = [f[0] for f in fields]
     params = ", ".join(n if d == _NO_DEFAULT else f"{n}={d}" for n, _k, d, _o in fields)
     lines = [
@@ -133,52 +133,99 @@ def _class_source(cls: type) -> str:
     return "\n".join(lines)
 
 
-def module_text() -> str:
-    """The whole of ``_light_messages.py``."""
-    classes = [*RECORDS, *MESSAGE_TYPES.values()]
+def twin_module_text(
+    classes: Sequence[type],
+    *,
+    source: str,
+    generator: str,
+    test: str,
+    about: str,
+    omitted: Mapping[str, tuple[str, ...]] | None = None,
+    extra: Sequence[str] = (),
+    public: Sequence[str] = (),
+) -> str:
+    """A module of plain twins of the attrs ``classes`` (records nested in
+    others first) and their field table ``FIELDS``, then ``extra`` lines.
+    ``omitted``: fields left out at their default, by class name;
+    ``public``: classes also named ``Light<Name>``, for a face to export
+    beside the attrs class of that name."""
     names = [c.__name__ for c in classes]
-    out = [_HEADER]
+    out = [_HEADER.format(source=source, generator=generator, test=test, about=about)]
     out.append("if TYPE_CHECKING:")
-    out.append("    from multiserver._messages import (")
-    out += [f"        {n} as {n}," for n in sorted(names)]
-    out.append("    )")
+    for module in sorted({c.__module__ for c in classes}):
+        out.append(f"    from {module} import (")
+        out += [
+            f"        {n} as {n},"
+            for n in sorted(c.__name__ for c in classes if c.__module__ == module)
+        ]
+        out.append("    )")
+    for name in public:
+        module = next(c.__module__ for c in classes if c.__name__ == name)
+        out.append(f"    from {module} import {name} as Light{name}  # noqa: F401")
+    if public:
+        out.append(f"    __all__ = [{', '.join(repr('Light' + n) for n in public)}]")
     out.append("else:")
     out.append(_RECORD.replace("\n", "\n    ").replace("\n    \n", "\n\n").strip("\n"))
-    out += [_class_source(c) for c in classes]
+    out += [_class_source(c, omitted or {}) for c in classes]
+    if public:
+        out.append("")
+        out += [f"    Light{name} = {name}" for name in public]
     out.append("")
     out.append("")
     out.append("# name -> ((field, kind, default or REQUIRED, omitted at its default), ...)")
     out.append("FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {")
     for c in classes:
         out.append(f"    {c.__name__!r}: (")
-        for n, k, d, o in fields_of(c):
+        for n, k, d, o in fields_of(c, omitted or {}):
             out.append(f"        ({n!r}, {k!r}, {d if d != _NO_DEFAULT else repr(d)}, {o}),")
         out.append("    ),")
     out.append("}")
     out.append(f"REQUIRED = {_NO_DEFAULT!r}")
-    out.append("# type code -> class name; the codes a client sends; fds a message may carry")
-    out.append(
-        "TYPES: dict[int, str] = {"
-        + ", ".join(f"{code}: {cls.__name__!r}" for code, cls in MESSAGE_TYPES.items())
-        + "}"
-    )
-    client = sorted(c.TYPE for c in _messages.CLIENT_MESSAGES)
-    out.append(f"CLIENT: frozenset[int] = frozenset({{{', '.join(map(str, client))}}})")
-    out.append(
-        "MAX_FDS: dict[int, int] = {"
-        + ", ".join(f"{cls.TYPE}: {n}" for cls, n in MAX_FDS.items())
-        + "}"
-    )
+    assert len(set(names)) == len(names)
+    out += list(extra)
     return "\n".join(out) + "\n"
 
 
-def write() -> bool:
-    """Write the module if it differs; whether it did."""
-    text = module_text()
-    if TARGET.exists() and TARGET.read_text() == text:
+def module_text() -> str:
+    """The whole of ``_light_messages.py``."""
+    client = sorted(c.TYPE for c in _messages.CLIENT_MESSAGES)
+    return twin_module_text(
+        [*RECORDS, *MESSAGE_TYPES.values()],
+        source="multiserver/_messages.py",
+        generator="multiserver/_lightgen.py",
+        test="``tests/multiserver/test_light.py``",
+        about=(
+            "The protocol's messages as plain classes, for the blocking client, which\n"
+            "imports neither attrs nor cattrs (``_light`` reads and writes them). Each\n"
+            "has the name, fields, defaults and type code of its attrs class; to a type\n"
+            "checker it is that class."
+        ),
+        omitted=OMIT_IF_DEFAULT,
+        public=["ChildExited", "ChildTaken"],
+        extra=[
+            "# type code -> class name; the codes a client sends; fds a message may carry",
+            "TYPES: dict[int, str] = {"
+            + ", ".join(f"{code}: {cls.__name__!r}" for code, cls in MESSAGE_TYPES.items())
+            + "}",
+            f"CLIENT: frozenset[int] = frozenset({{{', '.join(map(str, client))}}})",
+            "MAX_FDS: dict[int, int] = {"
+            + ", ".join(f"{cls.TYPE}: {n}" for cls, n in MAX_FDS.items())
+            + "}",
+        ],
+    )
+
+
+def write_module(target: Path, text: str) -> bool:
+    """Write ``text`` to ``target`` if it differs; whether it did."""
+    if target.exists() and target.read_text() == text:
         return False
-    TARGET.write_text(text)
+    target.write_text(text)
     return True
+
+
+def write() -> bool:
+    """Write ``_light_messages.py`` if it differs; whether it did."""
+    return write_module(TARGET, module_text())
 
 
 if __name__ == "__main__":

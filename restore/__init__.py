@@ -35,7 +35,6 @@ EXPORTS = {
     "restore.store._errors": ("StoreCorrupt", "StoreError", "StoreTooNew"),
     "restore.store._held": ("Hold", "HoldRecord", "live_holds", "pid_alive"),
     "restore.store._model": (
-        "SCROLLBACK_LIMIT",
         "Arrangement",
         "PendingLaunch",
         "RestorationRef",
@@ -44,10 +43,11 @@ EXPORTS = {
         "Split",
         "Tab",
         "Window",
-        "bounded_scrollback",
         "ref_key",
     ),
+    "restore.store._rules": ("SCROLLBACK_LIMIT", "bounded_scrollback"),
     "restore.store._schema": ("PendingClose",),
+    "restore.store._outline": ("read_saved",),
     "restore.store._store": ("ArrangementStore",),
     # the engine
     "restore._build": ("RestoredSession",),

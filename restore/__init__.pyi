@@ -110,7 +110,6 @@ from restore.store._held import (
     pid_alive as pid_alive,
 )
 from restore.store._model import (
-    SCROLLBACK_LIMIT as SCROLLBACK_LIMIT,
     Arrangement as Arrangement,
     PendingLaunch as PendingLaunch,
     RestorationRef as RestorationRef,
@@ -119,8 +118,14 @@ from restore.store._model import (
     Split as Split,
     Tab as Tab,
     Window as Window,
-    bounded_scrollback as bounded_scrollback,
     ref_key as ref_key,
+)
+from restore.store._outline import (
+    read_saved as read_saved,
+)
+from restore.store._rules import (
+    SCROLLBACK_LIMIT as SCROLLBACK_LIMIT,
+    bounded_scrollback as bounded_scrollback,
 )
 from restore.store._schema import (
     PendingClose as PendingClose,

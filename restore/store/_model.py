@@ -20,47 +20,26 @@ way to becoming its leaf's scrollback).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 
 import attrs
 
-from multiserver import NAME_RE, safe_start
-
-SCROLLBACK_LIMIT = 256 * 1024
-
-
-def bounded_scrollback(data: bytes) -> bytes:
-    """The newest ``SCROLLBACK_LIMIT`` bytes of ``data`` at most, starting at a
-    boundary where replay cannot land inside an escape or UTF-8 sequence."""
-    if len(data) <= SCROLLBACK_LIMIT:
-        return bytes(data)
-    return bytes(data[safe_start(data, len(data) - SCROLLBACK_LIMIT) :])
+from restore.store._rules import (
+    HOST_RE as HOST_RE,
+    SCROLLBACK_LIMIT as SCROLLBACK_LIMIT,
+    bounded_scrollback as bounded_scrollback,
+    check_leaf_host,
+    check_leaf_name,
+    check_session_name as check_session_name,
+)
 
 
 def _bounded_or_none(data: bytes | None) -> bytes | None:
     return None if data is None else bounded_scrollback(data)
 
 
-def check_session_name(name: str) -> None:
-    """Raise ValueError unless ``name`` is a valid session name."""
-    # fullmatch: NAME_RE ends in "$", which a plain match lets pass before a
-    # trailing newline.
-    if not NAME_RE.fullmatch(name):
-        raise ValueError(f"bad session name {name!r}")
-
-
-# A host's name, as ``multiserver host add`` takes it (the part before ":").
-HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
 def _valid_name(inst: SessionLeaf, _attr: attrs.Attribute[str], value: str) -> None:
-    """A local session's name, or ``HOST:NAME`` for one on another host
-    (whose ``host`` is that HOST)."""
-    host, sep, name = value.rpartition(":")
-    check_session_name(name)
-    if sep and not HOST_RE.fullmatch(host):
-        raise ValueError(f"bad host in session name {value!r}")
+    check_leaf_name(value)
 
 
 @attrs.frozen
@@ -116,8 +95,7 @@ class SessionLeaf:
     exit_code: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        if (self.name.rpartition(":")[0] or None) != self.host:
-            raise ValueError(f"session {self.name!r} names host {self.host!r} otherwise")
+        check_leaf_host(self.name, self.host)
 
 
 @attrs.frozen

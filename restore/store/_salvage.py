@@ -20,9 +20,8 @@ import attrs
 
 from restore.store._errors import StoreCorrupt
 from restore.store._model import Arrangement
+from restore.store._rules import BYTES_FIELDS as _BYTES_FIELDS, SQLITE_MAGIC as _SQLITE_MAGIC
 from restore.store._schema import (
-    _BYTES_FIELDS,
-    _SQLITE_MAGIC,
     PendingClose,
     _filled,
     _insert_pending,

@@ -50,8 +50,11 @@ from cattrs.strategies import configure_tagged_union
 
 from restore.store._errors import StoreCorrupt
 from restore.store._model import Arrangement, RestorationRef, SessionLeaf, Split
-
-SCHEMA_VERSION = 1
+from restore.store._rules import (
+    BYTES_FIELDS as _BYTES_FIELDS,
+    SCHEMA_VERSION as SCHEMA_VERSION,
+    SQLITE_MAGIC as _SQLITE_MAGIC,
+)
 
 _T = TypeVar("_T")
 
@@ -59,11 +62,8 @@ _T = TypeVar("_T")
 # transaction that opens it. Version 1 is the first, so there are none yet.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
 _TABLES = ("meta", "arrangement", "leaf_bytes", "pending_closes")
-# The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the document.
-_BYTES_FIELDS = ("scrollback", "notice")
 _CREATE = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
     "CREATE TABLE arrangement (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL)",

@@ -56,6 +56,7 @@ import attrs
 from multiserver import ensure_private_dir, state_dir
 from restore.store._errors import StoreCorrupt, StoreTooNew, _translated
 from restore.store._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
+from restore.store._rules import FILE_NAME as FILE_NAME
 from restore.store._salvage import salvage
 from restore.store._schema import (
     SCHEMA_VERSION,
@@ -80,7 +81,6 @@ from restore.store._schema import (
     _write_doc,
 )
 
-FILE_NAME = "arrangement.sqlite3"
 BUSY_TIMEOUT = 5.0  # seconds a change waits for another process's transaction
 
 _T = TypeVar("_T")

@@ -1,0 +1,51 @@
+"""The rules of a saved session and of the file that keeps it, apart from
+the attrs model and the converter (``_model`` and ``_schema`` read them
+from here), so that the light read of the store (``_outline``) holds a
+file to the same rules without attrs or cattrs."""
+
+from __future__ import annotations
+
+import re
+
+from multiserver import NAME_RE, safe_start
+
+FILE_NAME = "arrangement.sqlite3"
+SCHEMA_VERSION = 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the document.
+BYTES_FIELDS = ("scrollback", "notice")
+SCROLLBACK_LIMIT = 256 * 1024
+
+
+def bounded_scrollback(data: bytes) -> bytes:
+    """The newest ``SCROLLBACK_LIMIT`` bytes of ``data`` at most, starting at a
+    boundary where replay cannot land inside an escape or UTF-8 sequence."""
+    if len(data) <= SCROLLBACK_LIMIT:
+        return bytes(data)
+    return bytes(data[safe_start(data, len(data) - SCROLLBACK_LIMIT) :])
+
+
+# A host's name, as ``multiserver host add`` takes it (the part before ":").
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_session_name(name: str) -> None:
+    """Raise ValueError unless ``name`` is a valid session name."""
+    # fullmatch: NAME_RE ends in "$", which a plain match lets pass before a
+    # trailing newline.
+    if not NAME_RE.fullmatch(name):
+        raise ValueError(f"bad session name {name!r}")
+
+
+def check_leaf_name(value: str) -> None:
+    """A local session's name, or ``HOST:NAME`` for one on another host."""
+    host, sep, name = value.rpartition(":")
+    check_session_name(name)
+    if sep and not HOST_RE.fullmatch(host):
+        raise ValueError(f"bad host in session name {value!r}")
+
+
+def check_leaf_host(name: str, host: str | None) -> None:
+    """A leaf named ``HOST:NAME`` is on ``host`` HOST; one without, on none."""
+    if (name.rpartition(":")[0] or None) != host:
+        raise ValueError(f"session {name!r} names host {host!r} otherwise")

@@ -1,0 +1,200 @@
+"""The light read of the store (``read_saved``) against the whole store:
+the same sessions, field for field, or None where it is not sure (and the
+whole store then says what is wrong). The twins it reads into are what the
+generator writes today."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from restore import (
+    ArrangementStore,
+    PendingLaunch,
+    RestorationRef,
+    SavedOutput,
+    SessionLeaf,
+    read_saved,
+)
+from restore.store import _lightgen
+from restore.store._rules import SCROLLBACK_LIMIT
+
+
+def fields(leaf: Any) -> dict[str, Any]:
+    """A leaf, of either kind, as its fields."""
+    if attrs.has(type(leaf)):
+        return attrs.asdict(leaf, recurse=True)
+    out = {}
+    for name in type(leaf).__slots__:
+        value = getattr(leaf, name)
+        out[name] = fields(value) if hasattr(type(value), "__slots__") else value
+    return out
+
+
+def test_the_generated_twins_are_what_the_generator_writes() -> None:
+    """Stale after a change to _model.py: run `make faces`."""
+    assert _lightgen.TARGET.read_text() == _lightgen.module_text()
+
+
+_names = st.from_regex(r"[a-z][a-z0-9_.-]{0,10}", fullmatch=True)
+_text = st.text(max_size=8)
+# Paths and argv as Python holds what the OS gave: lone surrogates too.
+_os = st.one_of(_text, st.binary(max_size=8).map(os.fsdecode))
+
+
+@st.composite
+def _leaf(draw: st.DrawFn, name: str) -> SessionLeaf:
+    host = draw(st.none() | st.sampled_from(["h1", "box.lan"]))
+    return SessionLeaf(
+        name=f"{host}:{name}" if host else name,
+        argv=draw(st.lists(_os, max_size=3)),
+        cwd=draw(_os),
+        rows=draw(st.integers(1, 500)),
+        cols=draw(st.integers(1, 500)),
+        title=draw(_text),
+        ref=draw(
+            st.none()
+            | st.builds(RestorationRef, _os, _text, st.integers(0, 2**31), st.integers(1, 2**22))
+        ),
+        created_at=draw(st.floats(0, 2e9)),
+        host=host,
+        pending_launch=draw(st.none() | st.builds(PendingLaunch, _os, _text, st.floats(0, 2e9))),
+        exit_code=draw(st.none() | st.integers(-64, 255)),
+        notice=draw(st.none() | st.binary(max_size=20)),
+    )
+
+
+@st.composite
+def _sessions(draw: st.DrawFn) -> list[tuple[SessionLeaf, str]]:
+    names = draw(st.lists(_names, max_size=6, unique=True))
+    return [(draw(_leaf(n)), draw(st.sampled_from(["main", "w2"]))) for n in names]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=_sessions(), big=st.booleans())
+def test_the_light_read_gives_what_the_store_loads(
+    tmp_path_factory: pytest.TempPathFactory,
+    sessions: list[tuple[SessionLeaf, str]],
+    big: bool,
+) -> None:
+    state = tmp_path_factory.mktemp("state")
+    store = ArrangementStore.open(state / "arrangement.sqlite3")
+    try:
+        for leaf, window in sessions:
+            store.add_session(leaf, window=window)
+        outputs = [
+            SavedOutput(
+                leaf.ref.socket,
+                leaf.ref.instance_id,
+                leaf.ref.child_id,
+                b"x" * (SCROLLBACK_LIMIT + 5 if big else 10),
+            )
+            for leaf, _w in sessions
+            if leaf.ref is not None
+        ]
+        store.save_outputs(outputs)
+        whole = store.load().leaves()
+    finally:
+        store.close()
+    light = read_saved(state)
+    assert light is not None
+    assert [fields(leaf) for leaf in light] == [fields(leaf) for leaf in whole]
+
+
+def test_no_store_is_no_session_saved(tmp_path: Path) -> None:
+    assert read_saved(tmp_path) == []
+
+
+def _store_with(tmp_path: Path, *names: str) -> Path:
+    store = ArrangementStore.open(tmp_path / "arrangement.sqlite3")
+    for name in names:
+        store.add_session(SessionLeaf(name, ["sh"], "/"))
+    store.close()
+    return tmp_path / "arrangement.sqlite3"
+
+
+def _sql(path: Path, statement: str, *args: object) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(statement, args)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("what", "change"),
+    [
+        ("a newer schema", ("UPDATE meta SET value = 2 WHERE key = 'schema_version'",)),
+        ("a close pending", ("INSERT INTO pending_closes VALUES (NULL, 'a', NULL, 0)",)),
+        ("a document that is not JSON", ("UPDATE arrangement SET doc = '{'",)),
+        (
+            "an unknown kind of node",
+            (
+                "UPDATE arrangement SET doc = ?",
+                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"pane"}}]}]}',
+            ),
+        ),
+        (
+            "two sessions of one name",
+            (
+                "UPDATE arrangement SET doc = ?",
+                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"split","vertical":true,"children":[{"kind":"session","name":"a","argv":[],"cwd":"/"},{"kind":"session","name":"a","argv":[],"cwd":"/"}]}}]}]}',
+            ),
+        ),
+        (
+            "a bad name",
+            (
+                "UPDATE arrangement SET doc = ?",
+                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"session","name":"-a","argv":[],"cwd":"/"}}]}]}',
+            ),
+        ),
+        (
+            "a number for a string",
+            (
+                "UPDATE arrangement SET doc = ?",
+                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"session","name":"a","argv":[],"cwd":5}}]}]}',
+            ),
+        ),
+        (
+            "sizes that do not fit",
+            (
+                "UPDATE arrangement SET doc = ?",
+                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"split","vertical":true,"sizes":[1],"children":[{"kind":"session","name":"a","argv":[],"cwd":"/"},{"kind":"session","name":"b","argv":[],"cwd":"/"}]}}]}]}',
+            ),
+        ),
+    ],
+)
+def test_what_the_light_read_is_not_sure_of_is_the_whole_stores(
+    tmp_path: Path, what: str, change: tuple[Any, ...]
+) -> None:
+    path = _store_with(tmp_path, "a")
+    _sql(path, *change)
+    assert read_saved(tmp_path) is None, what
+
+
+def test_a_file_that_is_not_sqlite_is_the_whole_stores(tmp_path: Path) -> None:
+    (tmp_path / "arrangement.sqlite3").write_bytes(b"not a database at all")
+    assert read_saved(tmp_path) is None
+    (tmp_path / "arrangement.sqlite3").write_bytes(b"")
+    assert read_saved(tmp_path) is None
+
+
+def test_fields_a_newer_multiserver_wrote_are_ignored_as_the_store_ignores_them(
+    tmp_path: Path,
+) -> None:
+    path = _store_with(tmp_path, "a")
+    doc = '{"windows":[{"name":"m","future":1,"tabs":[{"root":{"kind":"session","name":"a","argv":["sh"],"cwd":"/","colour":"red"}}]}]}'
+    _sql(path, "UPDATE arrangement SET doc = ?", doc)
+    [light] = read_saved(tmp_path) or []
+    store = ArrangementStore.open(path)
+    try:
+        [whole] = store.load().leaves()
+    finally:
+        store.close()
+    assert fields(light) == fields(whole)
