@@ -23,20 +23,43 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
-from typing import Literal
-
-import attrs
-import cattrs
 
 from multiserver._body import strict
+from multiserver._record import record
 
-Started = Literal["on-demand", "service", "foreground"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Literal
+
+    Started = Literal["on-demand", "service", "foreground"]
+
+
+def __getattr__(name: str) -> object:
+    # ``Started`` at run time: ``typing`` only when asked (`multiserver
+    # daemon` reads the lock file; it needs no types).
+    if name == "Started":
+        from typing import Literal
+
+        return Literal[_STARTED]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_STARTED = ("on-demand", "service", "foreground")
 # Longer than any line written here; a file past it is no origin.
 MAX_SIZE = 4096
+# Each field and the check of its value (the wire's: exact JSON types).
+_FIELDS = {
+    "pid": strict(int, "integer"),
+    "instance_id": strict(str, "string"),
+    "started": strict(str, "string"),
+    "idle_exit": strict(float, "number"),
+}
 
 
-@attrs.frozen
+# A light record, not attrs: `multiserver daemon` reads this, and imports
+# no attrs. Its one line of JSON is read field by field below.
+@record
 class DaemonOrigin:
     pid: int
     instance_id: str
@@ -44,7 +67,8 @@ class DaemonOrigin:
     idle_exit: float | None  # seconds; None: never exits when idle
 
     def to_bytes(self) -> bytes:
-        return (json.dumps(_converter.unstructure(self)) + "\n").encode()
+        fields = {name: getattr(self, name) for name in _FIELDS}
+        return (json.dumps(fields) + "\n").encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> DaemonOrigin | None:
@@ -52,9 +76,18 @@ class DaemonOrigin:
         format, a half-written line, a value of the wrong type). Unknown
         fields are ignored (a newer multiserver may add some)."""
         try:
-            return _converter.structure(json.loads(data), cls)
-        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
+            raw = json.loads(data)
+            if type(raw) is not dict:
+                return None
+            values = {
+                name: None if name == "idle_exit" and raw[name] is None else check(raw[name], None)
+                for name, check in _FIELDS.items()
+            }
+        except (ValueError, TypeError, KeyError, RecursionError):
             return None
+        if values["started"] not in _STARTED:
+            return None
+        return cls(**values)  # type: ignore[arg-type]  # each checked above
 
     def lifetime(self) -> str:
         """How it started and when it ends, for a person: "started by the
@@ -67,19 +100,6 @@ class DaemonOrigin:
         if self.idle_exit is None:
             return f"{how} (stays up)"
         return f"{how} (exits when idle for {self.idle_exit:g} s)"
-
-
-def _make_converter() -> cattrs.Converter:
-    # The lock file's own: values exactly typed (the wire's checks), unknown
-    # fields tolerated, as saved state's are.
-    conv = cattrs.Converter(forbid_extra_keys=False)
-    conv.register_structure_hook(int, strict(int, "integer"))
-    conv.register_structure_hook(float, strict(float, "number"))
-    conv.register_structure_hook(str, strict(str, "string"))
-    return conv
-
-
-_converter = _make_converter()
 
 
 def write_origin(lock_fd: int, origin: DaemonOrigin) -> None:

@@ -43,14 +43,17 @@ choose (``--daemon N``); nothing acts on the wrong one silently.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
-import attrs
-
-from multiserver import NAME_RE, ChildInfo, describe_exit, replaced
+from multiserver import NAME_RE, describe_exit, record, replaced
 from multiserver_cli._format import daemon_label
-from restore import SessionLeaf
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Sequence
+
+    from multiserver import ChildInfo
+    from restore import SessionLeaf
 
 # Names the adopter gives (adopter._policy.orphan_name); no new session takes one.
 RESERVED_PREFIX = "orphan-"
@@ -58,7 +61,7 @@ RESERVED_PREFIX = "orphan-"
 NAME_TRIES = 5
 
 
-@attrs.frozen
+@record
 class DaemonView:
     """What one daemon answered: its socket, its run, its children."""
 
@@ -68,7 +71,7 @@ class DaemonView:
     children: list[ChildInfo]
 
 
-@attrs.frozen
+@record
 class Survey:
     """Everything names are decided on. ``silent``: sockets found that did
     not answer (their children are unknown); ``saved``: the saved sessions."""
@@ -79,7 +82,7 @@ class Survey:
     problems: Sequence[str] = ()  # one line each, for messages
 
 
-@attrs.frozen
+@record
 class Session:
     """One session as the command sees it: a live child (``child`` set), or
     a saved session with none. ``name`` is its shown name."""
@@ -231,22 +234,22 @@ def new_name_conflict(survey: Survey, name: str) -> str | None:
     return None
 
 
-@attrs.frozen
+@record
 class Found:
     session: Session  # a live child
 
 
-@attrs.frozen
+@record
 class SavedOnly:
     session: Session  # a saved session with no live child
 
 
-@attrs.frozen
+@record
 class Missing:
     message: str  # one line
 
 
-@attrs.frozen
+@record
 class Ambiguous:
     message: str  # one line: the candidates and how to choose
 
@@ -307,7 +310,7 @@ def pick_default(survey: Survey, refused: Iterable[str] = ()) -> str:
     return default_name(taken(survey) | set(refused))
 
 
-@attrs.frozen
+@record
 class Create:
     """Start a new session called ``name`` (``explicit``: the user's, which
     is never replaced by another). ``saved``: the saved session, not
@@ -318,7 +321,7 @@ class Create:
     saved: SessionLeaf | None = None
 
 
-@attrs.frozen
+@record
 class Refused:
     message: str  # one line, exit status 1
 

@@ -12,8 +12,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-import attrs
-
+from multiserver import replaced
 from multiserver_cli._errors import CliError
 from multiserver_cli._sessions import at_once
 from multiserver_cli._state import open_store, warn
@@ -152,7 +151,7 @@ def bring_back(host: Host, name: str) -> None:
         leaf = None if store is None else store.load().find(f"{host.name}:{name}")
         if store is None or leaf is None:
             return  # not saved here: the host is not asked (the attach says if it is gone)
-        answer = ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+        answer = ask_host(replaced(host, needs_credential=False), host.timeout)
         if answer.kind != "listed" or name in answer.sessions:
             return
         made = start_there(host, leaf, host.timeout)

@@ -5,13 +5,15 @@ sessions it runs (``running``). Blocking calls only: no trio."""
 
 from __future__ import annotations
 
-import attrs
-
-from multiserver import DaemonPaths, MultiserverError, SyncClient, dial_blocking, read_origin
+from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin, record
 from multiserver_cli._sessions import deadline
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from multiserver import SyncClient
 
-@attrs.frozen
+
+@record
 class Running:
     """The daemon that answers on a socket now."""
 

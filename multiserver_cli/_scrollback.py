@@ -19,33 +19,31 @@ Blocking calls only: no trio.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
-
-import attrs
+from collections.abc import Callable
 
 from multiserver_cli._state import warn
-from restore import SCROLLBACK_LIMIT, SavedOutput, StoreError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
+    from typing import Protocol
 
     from multiserver import ChildInfo, SyncClient
-    from restore import ArrangementStore
+    from restore import ArrangementStore, SavedOutput
 
+    class Shown(Protocol):
+        """What a terminal shows, as the attach's copy loop records it
+        (``attach._proxy.Screen``)."""
 
-class Shown(Protocol):
-    """What a terminal shows, as the attach's copy loop records it
-    (``attach._proxy.Screen``)."""
+        @property
+        def recorded(self) -> int:
+            """Bytes recorded so far (it moves while output flows)."""
+            ...
 
-    @property
-    def recorded(self) -> int:
-        """Bytes recorded so far (it moves while output flows)."""
-        ...
-
-    def snapshot(self) -> tuple[bytes, int]:
-        """What is shown now, and ``recorded`` as of it."""
-        ...
+        def snapshot(self) -> tuple[bytes, int]:
+            """What is shown now, and ``recorded`` as of it."""
+            ...
 
 
 # Keeps what the terminal showed as the session's saved scrollback (one store
@@ -62,21 +60,18 @@ Mark = tuple[int, int, str]  # its daemon's counts: buffered, dropped, state
 # --- while a client holds the session: what its terminal shows ---------------------
 
 
-@attrs.define
 class ScreenSaver:
     """Saves what the terminal shows every ``every`` seconds while output
     flows (``Screen.recorded`` moved since the last save), and not at all
     while it does not. The first save comes one period in and includes the
     replay: a relaunch's notice, once shown, lives on in the scrollback."""
 
-    screen: Shown
-    save: SaveScreen
-    every: float = SAVE_EVERY
-    _saved: int = 0  # screen.recorded as of the last save
-    _due: float = 0.0
-
-    def __attrs_post_init__(self) -> None:
-        self._due = time.monotonic() + self.every
+    def __init__(self, screen: Shown, save: SaveScreen, every: float = SAVE_EVERY) -> None:
+        self.screen = screen
+        self.save = save
+        self.every = every
+        self._saved = 0  # screen.recorded as of the last save
+        self._due = time.monotonic() + every
 
     def wait(self) -> float:
         """Seconds until the next save is due."""
@@ -94,16 +89,21 @@ class ScreenSaver:
 
 
 def screen_saver(
-    store: ArrangementStore | None, socket: Path, instance_id: str, child_id: int
-) -> SaveScreen | None:
+    store_of: Callable[[], ArrangementStore | None], socket: Path, instance_id: str, child_id: int
+) -> SaveScreen:
     """How an attached client keeps what its terminal shows as the saved
-    scrollback of the session whose child it holds (None without a store):
-    one transaction a call. While attached a failure is not said (the
-    terminal is the program's); at detach (``last``) it is."""
-    if store is None:
-        return None
+    scrollback of the session whose child it holds: one transaction a call,
+    in the store ``store_of`` gives (opened at the first: after the client
+    is in raw mode; nothing is saved when it cannot be used). While
+    attached a failure is not said (the terminal is the program's); at
+    detach (``last``) it is."""
 
     def save(shown: bytes, last: bool) -> None:
+        from restore import SavedOutput, StoreError
+
+        store = store_of()
+        if store is None:
+            return
         try:
             store.save_outputs([SavedOutput(str(socket), instance_id, child_id, shown)])
         except StoreError as exc:
@@ -124,6 +124,8 @@ def unheld_outputs(
     one is its attach client's to save) and whose counts moved since
     ``seen``; and each one's counts as of now (``seen``'s for those not
     peeked again)."""
+    from restore import SCROLLBACK_LIMIT, SavedOutput
+
     instance = client.instance_id
     outputs: list[SavedOutput] = []
     marks: dict[Key, Mark] = {}

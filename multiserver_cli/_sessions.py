@@ -16,14 +16,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
-
-import attrs
 
 from multiserver import (
-    ChildInfo,
     DaemonNotRunning,
     DaemonPaths,
     MultiserverError,
@@ -32,6 +27,7 @@ from multiserver import (
     UnsafeDirectory,
     dial_blocking,
     find_sockets,
+    record,
     replaced,
 )
 from multiserver_cli._errors import CliError
@@ -45,10 +41,18 @@ from multiserver_cli._names import (
     name_problem,
     resolve,
 )
-from restore import ArrangementStore
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import TypeVar
+
+    from multiserver import ChildInfo
+    from multiserver_cli._state import Saved
     from restore import SessionLeaf
+
+    A = TypeVar("A")
+    R = TypeVar("R")
 
 # How long one daemon may take to say hello before it is reported as unresponsive.
 SCAN_TIMEOUT = 2.0
@@ -79,15 +83,11 @@ def check_name(name: str, *, new: bool = False) -> str:
     return name
 
 
-@attrs.frozen
+@record
 class Scan:
     daemons: list[DaemonView]
     problems: list[str]  # one line each: unresponsive or refused daemons
     silent: frozenset[str] = frozenset()  # the sockets of those daemons
-
-
-A = TypeVar("A")
-R = TypeVar("R")
 
 
 def at_once(items: Sequence[A], fn: Callable[[A], R]) -> list[R]:
@@ -149,15 +149,14 @@ def scan(number: int | None = None, *, foreground: bool = False) -> Scan:
     return Scan(daemons, [a for a in answers if isinstance(a, str)], silent)
 
 
-def survey(store: ArrangementStore | None, number: int | None = None) -> Survey:
+def survey(saved: Saved, number: int | None = None) -> Survey:
     """What names are decided on: every daemon's children (or daemon
     ``number``'s only) and the saved sessions."""
     result = scan(number)
-    saved = store.load().leaves() if store is not None else []
-    return Survey(result.daemons, result.silent, saved, result.problems)
+    return Survey(result.daemons, result.silent, saved.leaves(), result.problems)
 
 
-@attrs.frozen
+@record
 class Located:
     socket: Path
     instance_id: str
@@ -173,7 +172,7 @@ def scope_of(number: int | None) -> Path | None:
     return None if number is None else DaemonPaths.for_number(number).socket
 
 
-def _where_saved(name: str, number: int | None, store: ArrangementStore | None) -> Located | None:
+def _where_saved(name: str, number: int | None, saved: Saved) -> Located | None:
     """The saved session ``name``, asked of its own daemon only: one round
     trip, without listing its children. Only while one daemon runs: with
     several, a child of another daemon may have the same name (old data,
@@ -181,7 +180,7 @@ def _where_saved(name: str, number: int | None, store: ArrangementStore | None) 
     not know the name, or its child is not there."""
     if len(find_sockets()) > 1:
         return None
-    leaf = store.load().find(name) if store is not None else None
+    leaf = saved.find(name)
     if leaf is None or leaf.ref is None:
         return None
     ref = leaf.ref
@@ -199,19 +198,17 @@ def _where_saved(name: str, number: int | None, store: ArrangementStore | None) 
     return Located(Path(ref.socket), ref.instance_id, replaced(child, name=name))
 
 
-def lookup(
-    name: str, number: int | None, command: str, store: ArrangementStore | None
-) -> Resolution | Located:
+def lookup(name: str, number: int | None, command: str, saved: Saved) -> Resolution | Located:
     """What ``name`` names for ``command``: the saved session's live child,
     asked of its daemon alone; else ``_names.resolve`` over every daemon.
     With ``number`` (``--daemon N``) only that daemon's children are
     candidates; every daemon is asked either way, as a saved session whose
     child lives on another daemon is not one "saved, not running"."""
     check_name(name)
-    found = _where_saved(name, number, store)
+    found = _where_saved(name, number, saved)
     if found is not None:
         return found
-    return resolve(survey(store), name, command=command, scope=scope_of(number))
+    return resolve(survey(saved), name, command=command, scope=scope_of(number))
 
 
 def live_or_fail(name: str, found: Resolution | Located) -> Located:
@@ -229,11 +226,9 @@ def live_or_fail(name: str, found: Resolution | Located) -> Located:
     raise CliError(found.message)
 
 
-def find_session(
-    name: str, number: int | None, command: str, store: ArrangementStore | None
-) -> Located:
+def find_session(name: str, number: int | None, command: str, saved: Saved) -> Located:
     """The live session called ``name`` (see ``lookup``)."""
-    return live_or_fail(name, lookup(name, number, command, store))
+    return live_or_fail(name, lookup(name, number, command, saved))
 
 
 def saved_end(resolution: Resolution | Located) -> SessionLeaf | None:

@@ -2,7 +2,10 @@
 
 A command opens the store once (``open_store``) and hands it to what it
 calls; None stands for a store that cannot be used (its warning was said
-once), and every function here then does nothing.
+once), and every function here then does nothing. The everyday commands
+open ``Saved`` instead (``open_saved``): the saved sessions read lightly
+(``restore.read_saved``: no attrs, no converter), and the store itself
+opened only when the command changes it (``Saved.store``).
 
 A failure to write the arrangement never costs the user a session: the
 session runs either way, and the failure is one warning line. A durable close
@@ -19,22 +22,24 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
-
 from multiserver import (
-    ChildExited,
-    ChildInfo,
+    LightChildExited as ChildExited,
     MultiserverError,
     RequestFailed,
-    SyncClient,
     TimedOut,
     dial_blocking,
     is_a,
+    replaced,
 )
-from restore import ArrangementStore, RestorationRef, SessionLeaf, StoreError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from multiserver import ChildInfo, SyncClient
+    from restore import ArrangementStore, RestorationRef, SessionLeaf
 
 # How long finishing one pending close may take.
 PENDING_TIMEOUT = 3.0
@@ -50,6 +55,8 @@ def warn(line: str) -> None:
 def open_store() -> Iterator[ArrangementStore | None]:
     """The arrangement store, or None (with a warning) if it cannot be used.
     A corrupt store is moved aside, never deleted."""
+    from restore import ArrangementStore, StoreError
+
     try:
         store, warning = ArrangementStore.open_or_quarantine(on_warning=warn)
     except (StoreError, MultiserverError, OSError) as exc:
@@ -64,7 +71,59 @@ def open_store() -> Iterator[ArrangementStore | None]:
         store.close()
 
 
+class Saved:
+    """The saved sessions as a command looks them up, and the store, opened
+    on first use, for what it changes. ``leaves``: as ``read_saved`` read
+    them (None: it could not vouch for them, so the store is opened, which
+    also finishes, migrates or quarantines what it must)."""
+
+    def __init__(self, leaves: list[SessionLeaf] | None) -> None:
+        self._leaves = leaves
+        self._opened: contextlib.ExitStack | None = None
+        self._store: ArrangementStore | None = None
+
+    def store(self) -> ArrangementStore | None:
+        """The store (opened now if it is not yet); None if it cannot be
+        used (its warning said once)."""
+        if self._opened is None:
+            self._opened = contextlib.ExitStack()
+            self._store = self._opened.enter_context(open_store())
+        return self._store
+
+    def leaves(self) -> list[SessionLeaf]:
+        if self._leaves is None:
+            store = self.store()
+            self._leaves = store.load().leaves() if store is not None else []
+        return self._leaves
+
+    def find(self, name: str) -> SessionLeaf | None:
+        return next((leaf for leaf in self.leaves() if leaf.name == name), None)
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened.close()
+
+
+@contextlib.contextmanager
+def open_saved() -> Iterator[Saved]:
+    """The saved sessions (``Saved``) for one command."""
+    from multiserver import state_dir
+    from restore import read_saved
+
+    try:
+        leaves = read_saved(state_dir())
+    except (MultiserverError, OSError):
+        leaves = None  # the store says what is wrong, once
+    saved = Saved(leaves)
+    try:
+        yield saved
+    finally:
+        saved.close()
+
+
 def leaf_for(child: ChildInfo, socket: Path, instance_id: str) -> SessionLeaf:
+    from restore import RestorationRef, SessionLeaf
+
     return SessionLeaf(
         name=child.name,
         argv=list(child.argv),
@@ -89,9 +148,11 @@ def record_new(
     ``argv``: the whole command, where the daemon's answer shortened it."""
     if store is None:
         return
+    from restore import StoreError
+
     leaf = leaf_for(child, socket, instance_id)
     if argv is not None:
-        leaf = attrs.evolve(leaf, argv=list(argv))
+        leaf = replaced(leaf, argv=list(argv))
     try:
         if store.load().find(leaf.name) is not None:
             store.update_session(leaf)
@@ -146,6 +207,8 @@ def close_pending(store: ArrangementStore | None, name: str) -> bool:
 def complete_close(store: ArrangementStore | None, name: str, ref: RestorationRef | None) -> None:
     if store is None:
         return
+    from restore import StoreError
+
     try:
         store.complete_close(name, ref)
     except StoreError as exc:
@@ -157,6 +220,8 @@ def close_exited(store: ArrangementStore | None, client: SyncClient, child: Chil
     complete the close. A close the store cannot take leaves the exited
     child with its daemon, uncollected: the next restore finds it ended and
     closes it then, instead of starting the session again."""
+    from restore import StoreError
+
     try:
         staged = stage_close(store, client.socket_path, client.instance_id, child)
     except StoreError as exc:
@@ -168,16 +233,23 @@ def close_exited(store: ArrangementStore | None, client: SyncClient, child: Chil
         complete_close(store, staged.name, staged.ref)
 
 
-def take_notice(store: ArrangementStore | None, name: str) -> bytes:
+def take_notice(saved: Saved, name: str) -> bytes:
     """The notice waiting for the first attach of ``name`` (e.g. saved
-    scrollback of a relaunched session); cleared once taken."""
+    scrollback of a relaunched session); cleared once taken. The store is
+    opened only when there is one."""
+    seen = saved.find(name)
+    if seen is None or not seen.notice:
+        return b""
+    store = saved.store()
     if store is None:
         return b""
+    from restore import StoreError
+
     try:
         leaf = store.load().find(name)
         if leaf is None or not leaf.notice:
             return b""
-        store.update_session(attrs.evolve(leaf, notice=None))
+        store.update_session(replaced(leaf, notice=None))
         return leaf.notice
     except (StoreError, KeyError) as exc:
         warn(f"could not read the saved notice of {name}: {exc}")

@@ -24,10 +24,10 @@ from typing import Literal
 import attrs
 
 from multiserver import (
-    ChildExited,
     ChildInfo,
-    ChildTaken,
     ConnectionClosed,
+    LightChildExited as ChildExited,
+    LightChildTaken as ChildTaken,
     OutputBuffer,
     SyncClient,
     describe_exit,

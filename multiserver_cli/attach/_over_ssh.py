@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from multiserver_cli import _remote
 from multiserver_cli._errors import CliError
 from multiserver_cli._sessions import check_name
-from multiserver_cli._state import open_store, take_notice
+from multiserver_cli._state import open_saved, take_notice
 from multiserver_cli._version import compatible
 from multiserver_cli.attach._keys import key_name
 from multiserver_cli.attach._relay import relay_terminal
@@ -48,8 +48,8 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
     _remote.bring_back(host, name)
     # A session started again there (by restore, or just now): its notice
     # (the saved scrollback, the marker and why) first, once.
-    with open_store() as store:
-        notice = take_notice(store, f"{host_name}:{name}")
+    with open_saved() as saved:
+        notice = take_notice(saved, f"{host_name}:{name}")
     if notice:
         os.write(sys.stdout.fileno(), notice)
     return interactive(host, ["attach", *detach_words(args), name], args.detach_key, relay)

@@ -17,6 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from multiserver import ChildInfo, SyncClient
     from multiserver_cli._sessions import Located
+    from multiserver_cli._state import Saved
     from multiserver_cli.attach._attached import CloseExited
     from restore import ArrangementStore, SessionLeaf
 
@@ -51,12 +52,12 @@ def run(args: Namespace) -> int:
     name = check_name(args.name)
     if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    with _state.open_store() as store:
-        resolution = lookup(name, _args.only_daemon(args), "attach", store)
+    with _state.open_saved() as saved:
+        resolution = lookup(name, _args.only_daemon(args), "attach", saved)
         ended = saved_end(resolution)
         if ended is not None:
-            return _show_saved_end(store, ended)
-        return attach_found(args, live_or_fail(name, resolution), store)
+            return _show_saved_end(saved.store(), ended)
+        return attach_found(args, live_or_fail(name, resolution), saved)
 
 
 def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
@@ -77,7 +78,7 @@ def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
     return exit_status(leaf.exit_code)
 
 
-def attach_found(args: Namespace, found: Located, store: ArrangementStore | None) -> int:
+def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
     """Attach this terminal to the live session ``found`` (``attach NAME``,
     and ``new -A`` of a session that exists)."""
     from multiserver import dial_blocking, replaced
@@ -100,15 +101,15 @@ def attach_found(args: Namespace, found: Located, store: ArrangementStore | None
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
         child = replaced(result.child, name=name)
-        replay = _state.take_notice(store, name) + result.output
+        replay = _state.take_notice(saved, name) + result.output
         if result.dropped:
             replay = (
                 f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
                 + replay
             )
         if result.master is None:
-            return _attached.attach_exited(client, child, replay, say, _closer(store))
-        return attach_held(args, client, child, result.master, replay, store)
+            return _attached.attach_exited(client, child, replay, say, _closer(saved))
+        return attach_held(args, client, child, result.master, replay, saved)
 
 
 def attach_held(
@@ -117,11 +118,11 @@ def attach_held(
     child: ChildInfo,
     master: int,
     replay: bytes,
-    store: ArrangementStore | None,
+    saved: Saved,
 ) -> int:
     """Be the terminal of ``child``, whose ``master`` this client holds
     (``_attached.run_attached``): its close and what it shows kept in
-    ``store``, and, in a tmux pane or a kitty window, the layout saved
+    ``saved``'s store (opened when first written), and, in a tmux pane or a kitty window, the layout saved
     with it where it is shown (``_pane``, in the background)."""
     from multiserver_cli import _pane, _scrollback
     from multiserver_cli.attach import _attached
@@ -136,14 +137,14 @@ def attach_held(
         detach_key=args.detach_key,
         redraw=args.redraw,
         say=say,
-        close_exited=_closer(store),
+        close_exited=_closer(saved),
         save_screen=_scrollback.screen_saver(
-            store, client.socket_path, client.instance_id, child.id
+            saved.store, client.socket_path, client.instance_id, child.id
         ),
     )
 
 
-def _closer(store: ArrangementStore | None) -> CloseExited:
+def _closer(saved: Saved) -> CloseExited:
     from multiserver_cli import _state
 
-    return lambda client, child: _state.close_exited(store, client, child)
+    return lambda client, child: _state.close_exited(saved.store(), client, child)

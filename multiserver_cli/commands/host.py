@@ -56,8 +56,7 @@ def run(args: Namespace) -> int:
 
 
 def _add(args: Namespace) -> int:
-    import attrs
-
+    from multiserver import replaced
     from multiserver_cli._version import compatible
     from restore import (
         Host,
@@ -98,7 +97,7 @@ def _add(args: Namespace) -> int:
             if exc.kind not in ("credential", "unreachable") or not sys.stdin.isatty():
                 raise
             remote = compatible(remote_json(host, ["version", "--json"], batch=False), host)
-            host = attrs.evolve(host, needs_credential=True)
+            host = replaced(host, needs_credential=True)
     hosts[name] = host
     save_hosts(hosts)
     grace = "none" if host.grace is None else f"{host.grace:g} s"

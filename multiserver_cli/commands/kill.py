@@ -65,9 +65,12 @@ def run(args: Namespace) -> int:
 
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
     only_signal = args.signal is not None
-    with _state.open_store() as store:
+    with _state.open_saved() as saved:
+        # A kill changes the store: open it (which finishes closes a crash
+        # left pending) before looking the name up.
+        store = saved.store()
         _state.finish_pending_closes(store)
-        resolution = lookup(args.name, _args.only_daemon(args), "kill", store)
+        resolution = lookup(args.name, _args.only_daemon(args), "kill", saved)
         if isinstance(resolution, SavedOnly) and not only_signal:
             return _forget_saved(store, resolution.session)
         found = live_or_fail(args.name, resolution)

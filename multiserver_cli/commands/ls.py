@@ -38,8 +38,8 @@ def run(args: Namespace) -> int:
     from multiserver_cli._names import SavedOnly, sessions
     from multiserver_cli._sessions import saved_end, survey
 
-    with _state.open_store() as store:
-        view = survey(store, _args.only_daemon(args))
+    with _state.open_saved() as saved:
+        view = survey(saved, _args.only_daemon(args))
     for problem in view.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from multiserver import LaunchResult, SyncClient
     from multiserver_cli._names import Create, Survey
-    from restore import ArrangementStore
+    from multiserver_cli._state import Saved
 
 NAME = "new"
 HELP = "start a session and attach to it (-d: leave it detached)"
@@ -86,9 +86,9 @@ def run(args: Namespace) -> int:
     if not args.detach and not os.isatty(0):
         # Checked before launching: else the session would be left running, held by nobody.
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
-    with _state.open_store() as store:
+    with _state.open_saved() as saved:
         # Every daemon, whatever --daemon says: a name is one session's across them all.
-        view = survey(store)
+        view = survey(saved)
         scope = scope_of(_args.only_daemon(args))
         plan = plan_new(view, name, attach_existing=args.attach_existing, scope=scope)
         if isinstance(plan, Refused):
@@ -96,9 +96,9 @@ def run(args: Namespace) -> int:
         if isinstance(plan, Found):
             from multiserver_cli.commands.attach import attach_found
 
-            return attach_found(args, located(plan.session), store)
+            return attach_found(args, located(plan.session), saved)
         _refuse_held(plan)
-        return _create(args, plan, view, store)
+        return _create(args, plan, view, saved)
 
 
 def user_shell() -> list[str]:
@@ -131,7 +131,7 @@ def _refuse_held(plan: Create) -> None:
         )
 
 
-def _create(args: Namespace, plan: Create, view: Survey, store: ArrangementStore | None) -> int:
+def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
     """Launch the session ``plan`` says, save it, and attach to it (or,
     with ``-d``, print its name)."""
     from multiserver import DaemonPaths, dial_blocking, launch_env
@@ -140,12 +140,12 @@ def _create(args: Namespace, plan: Create, view: Survey, store: ArrangementStore
     from multiserver_cli.attach._tty import terminal_size
     from multiserver_cli.commands.attach import attach_held
 
-    saved = plan.saved
-    argv = args.command or (list(saved.argv) if saved is not None else user_shell())
+    leaf = plan.saved
+    argv = args.command or (list(leaf.argv) if leaf is not None else user_shell())
     if args.cwd:
         cwd = os.path.abspath(args.cwd)
-    elif saved is not None:
-        cwd = saved.cwd if os.path.isdir(saved.cwd) else os.path.expanduser("~")
+    elif leaf is not None:
+        cwd = leaf.cwd if os.path.isdir(leaf.cwd) else os.path.expanduser("~")
     else:
         cwd = os.getcwd()
     size = terminal_size(0) or (24, 80)
@@ -167,13 +167,13 @@ def _create(args: Namespace, plan: Create, view: Survey, store: ArrangementStore
             hold=not args.detach,
         )
         _state.record_new(
-            store, launched.child, client.socket_path, client.instance_id, args.window, argv
+            saved.store(), launched.child, client.socket_path, client.instance_id, args.window, argv
         )
         if args.detach:
             print(launched.child.name)
             return 0
         assert launched.master is not None
-        return attach_held(args, client, launched.child, launched.master, b"", store)
+        return attach_held(args, client, launched.child, launched.master, b"", saved)
 
 
 def _launch(
@@ -205,8 +205,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
     detached, then attached: an attach is what reconnects after a drop (a
     second ``new`` would find the name taken). It is saved here as
     HOST:NAME, for restore."""
-    import attrs
-
+    from multiserver import replaced
     from multiserver_cli import _remote
     from multiserver_cli._sessions import check_name
     from multiserver_cli.attach import _over_ssh
@@ -216,7 +215,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
     if args.attach_existing:
         if args.name is None:
             raise CliError("-A needs a session name (-n NAME)", 2)
-        there = _remote.ask_host(attrs.evolve(host, needs_credential=False), host.timeout)
+        there = _remote.ask_host(replaced(host, needs_credential=False), host.timeout)
         if there.kind == "listed" and args.name in there.sessions:
             if args.detach:
                 print(args.name)

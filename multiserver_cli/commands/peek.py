@@ -35,8 +35,8 @@ def run(args: Namespace) -> int:
 
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
-    with _state.open_store() as store:
-        resolution = lookup(args.name, _args.only_daemon(args), "peek", store)
+    with _state.open_saved() as saved:
+        resolution = lookup(args.name, _args.only_daemon(args), "peek", saved)
         ended = saved_end(resolution)
         if ended is not None:
             output = ended.scrollback or b""

@@ -5,8 +5,6 @@ error's words to learn what happened."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from multiserver import MultiserverError
 
 # credential: ssh needs a passphrase or password nobody can type now;
@@ -14,7 +12,22 @@ from multiserver import MultiserverError
 # a host key problem, no ssh here); silent: no answer within the bound;
 # missing: no multiserver there; error: the remote multiserver ran and
 # said why it failed; garbage: it answered something we cannot read.
-FailureKind = Literal["credential", "unreachable", "silent", "missing", "error", "garbage"]
+_KINDS = ("credential", "unreachable", "silent", "missing", "error", "garbage")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    FailureKind = Literal["credential", "unreachable", "silent", "missing", "error", "garbage"]
+
+
+def __getattr__(name: str) -> object:
+    # ``FailureKind`` at run time, for the face: ``typing`` only when asked
+    # (`ls` reads the hosts file, and these errors with it, every run).
+    if name == "FailureKind":
+        from typing import Literal
+
+        return Literal[_KINDS]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class HostFailure(MultiserverError):

@@ -20,9 +20,7 @@ import os
 import re
 from pathlib import Path
 
-import attrs
-
-from multiserver import ensure_private_dir
+from multiserver import ensure_private_dir, record
 from restore.remote._errors import HostSettingError, HostsFileError
 
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -38,7 +36,9 @@ FILE_NAME = "hosts.json"
 _FORMAT = 1
 
 
-@attrs.frozen
+# A light record (attrs.frozen to a type checker): `ls` reads the hosts
+# file on every run, and must not import attrs for it.
+@record
 class Host:
     """One remote machine. ``grace``: seconds a session started through it
     lives with no client (None: for ever). ``needs_credential``: its last
@@ -145,7 +145,11 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
 def save_hosts(hosts: dict[str, Host], path: Path | None = None) -> None:
     path = path or hosts_path()
     ensure_private_dir(path.parent)
-    data = {"format": _FORMAT, "hosts": [attrs.asdict(h) for h in hosts.values()]}
+    fields = ("name", "dest", "command", "grace", "needs_credential", "timeout")
+    data = {
+        "format": _FORMAT,
+        "hosts": [{f: getattr(h, f) for f in fields} for h in hosts.values()],
+    }
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

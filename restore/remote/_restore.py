@@ -36,6 +36,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from multiserver import replaced
 from restore._build import RestoredSession
 from restore._plan import (
     Decision,
@@ -184,7 +185,7 @@ def remember_credential(name: str) -> None:
     with contextlib.suppress(HostsFileError):
         hosts = load_hosts()
         if name in hosts and not hosts[name].needs_credential:
-            hosts[name] = attrs.evolve(hosts[name], needs_credential=True)
+            hosts[name] = replaced(hosts[name], needs_credential=True)
             save_hosts(hosts)
 
 

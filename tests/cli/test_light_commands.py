@@ -1,9 +1,11 @@
 """What a command imports decides most of its start-up (issue 22;
 docs/benchmarks.md, "command start-up"). Each command listed here ends, in
-a fresh process, with none of attrs, cattrs, trio, typing or the restore
-package imported. The everyday commands join the list as their paths
-become light; the blocking client they share already is
-(tests/multiserver/test_light_path.py)."""
+a fresh process, with none of attrs, cattrs, trio or typing imported:
+``version``; ``ls`` and ``peek`` with a daemon holding a saved session
+(the saved sessions read lightly, ``restore.read_saved``) and a hosts
+file; ``daemon`` and ``stop``. ``new``, ``kill`` and ``attach`` join the
+list as their paths become light; the blocking client they share already
+is (tests/multiserver/test_light_path.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,15 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from multiserver_cli.main import build_parser
+from tests.conftest import MsDirs, daemon_pids_for, stop_daemon_sync
 
-HEAVY = ("attr", "attrs", "cattrs", "trio", "typing", "typing_extensions", "restore", "adopter")
+HEAVY = ("attr", "attrs", "cattrs", "trio", "typing", "typing_extensions")
 
 SCRIPT = """
 import json, sys
@@ -31,8 +36,9 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
 """
 
 
-@pytest.mark.parametrize("argv", [["version"], ["version", "--json"]])
-def test_a_light_command_imports_nothing_heavy(argv: list[str]) -> None:
+def _run(argv: list[str]) -> tuple[str, list[str]]:
+    """What a fresh ``multiserver ARGV`` printed, and the heavy modules it
+    imported."""
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT, json.dumps(argv), json.dumps(HEAVY)],
         capture_output=True,
@@ -43,8 +49,50 @@ def test_a_light_command_imports_nothing_heavy(argv: list[str]) -> None:
     )
     assert out.returncode == 0, out.stderr
     *shown, heavy = out.stdout.splitlines()
-    assert "0.1.0" in "".join(shown)
-    assert json.loads(heavy) == []
+    return "\n".join(shown), json.loads(heavy)
+
+
+@pytest.mark.parametrize("argv", [["version"], ["version", "--json"]])
+def test_version_imports_nothing_heavy(argv: list[str]) -> None:
+    shown, heavy = _run(argv)
+    assert "0.1.0" in shown
+    assert heavy == []
+
+
+def test_ls_and_peek_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -> None:
+    os.environ["MULTISERVER_CONFIG_DIR"] = str(tmp_path)  # monkeypatched back by ms_dirs' env
+    try:
+        made = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "multiserver_cli",
+                "new",
+                "-d",
+                "-n",
+                "lt",
+                "--",
+                "sh",
+                "-c",
+                "echo light-$((6*7)); exec sleep 100",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
+        assert made.returncode == 0, made.stderr
+        (tmp_path / "hosts.json").write_text(json.dumps({"format": 1, "hosts": []}))
+        shown, heavy = _run(["ls"])
+        assert "lt" in shown and heavy == []
+        deadline = time.monotonic() + 10
+        while "light-42" not in (shown := _run(["peek", "lt"]))[0]:
+            assert time.monotonic() < deadline, shown
+        assert shown[1] == []
+    finally:
+        os.environ.pop("MULTISERVER_CONFIG_DIR", None)
+        for pid in daemon_pids_for(ms_dirs.paths.socket):
+            stop_daemon_sync(pid)
 
 
 @pytest.mark.parametrize(
@@ -71,3 +119,17 @@ def test_the_parser_of_one_command_parses_as_the_whole_parser(argv: list[str]) -
             build_parser(argv).parse_args(argv)
         return
     assert vars(build_parser(argv).parse_args(argv)) == whole
+
+
+def test_daemon_and_stop_import_nothing_heavy(ms_dirs: MsDirs) -> None:
+    """``daemon`` starts one and says how (its lock file, read lightly);
+    ``stop`` stops it."""
+    try:
+        shown, heavy = _run(["--daemon", "3", "daemon"])
+        assert shown.endswith("multiserver-daemon-3.socket") and heavy == []
+        shown, heavy = _run(["--daemon", "3", "stop"])
+        assert heavy == []
+        assert not (ms_dirs.runtime / "multiserver-daemon-3.socket").exists()
+    finally:
+        for pid in daemon_pids_for(ms_dirs.runtime / "multiserver-daemon-3.socket"):
+            stop_daemon_sync(pid)
