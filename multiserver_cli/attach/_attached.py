@@ -19,20 +19,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Literal
-
-import attrs
 
 from multiserver import (
-    ChildInfo,
     ConnectionClosed,
     LightChildExited as ChildExited,
     LightChildTaken as ChildTaken,
     OutputBuffer,
-    SyncClient,
     describe_exit,
     exit_status,
     is_a,
+    mutable_record,
 )
 from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
@@ -41,11 +37,19 @@ from multiserver_cli.attach import _proxy
 from multiserver_cli.attach._daemon_gone import DaemonGone
 from multiserver_cli.attach._tty import is_terminal, relay_broken, sizes_to, terminal_size
 
-Redraw = Literal["none", "winch", "ctrl_l"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    from multiserver import ChildInfo, SyncClient
+
+    # Closes a session whose program exited: collect it, forget its saved session.
+    CloseExited = Callable[[SyncClient, ChildInfo], None]
+
+    Redraw = Literal["none", "winch", "ctrl_l"]
+
 # Prints a status line; True when the terminal's cursor is at a line start.
 Say = Callable[[str, bool], None]
-# Closes a session whose program exited: collect it, forget its saved session.
-CloseExited = Callable[[SyncClient, ChildInfo], None]
 # How much of what the terminal showed goes back to the daemon on detach.
 SCREEN_KEEP = 256 * 1024
 # After the PTY reports EOF, how long to wait for the daemon's exit notice.
@@ -54,7 +58,7 @@ EXIT_NOTICE_WAIT = 5.0
 _WATCHED = (signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM)
 
 
-@attrs.define
+@mutable_record
 class _Outcome:
     """What ended the attachment, besides the proxy's own reason."""
 

@@ -28,13 +28,12 @@ import os
 import time
 from collections.abc import Callable
 
-import attrs
-
-from multiserver import ChildInfo, ConnectionClosed, SyncClient, describe_exit, exit_status
+from multiserver import ConnectionClosed, describe_exit, exit_status
 from multiserver_cli.attach._proxy import EOF, NOTE, TERMINAL_GONE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from multiserver import ChildInfo, SyncClient
     from restore import HoldRecord
 
 # How long, once the master is closed, the program is given to go.
@@ -57,22 +56,31 @@ def unrecorded_line(name: str) -> str:
     )
 
 
-@attrs.define(eq=False)
 class DaemonGone:
     """Watches for one attachment's daemon to go, and then carries on
     without it. ``master`` and ``ctl`` (the copy loop's ctl pipe, write
     end) are ``run_attached``'s: used, never closed, here."""
 
-    name: str
-    child: ChildInfo
-    socket: str
-    instance_id: str
-    daemon_pid: int
-    master: int
-    ctl: int
-    notes: collections.deque[bytes] = attrs.Factory(collections.deque)
-    happened: bool = False
-    _record: HoldRecord | None = None
+    def __init__(
+        self,
+        name: str,
+        child: ChildInfo,
+        socket: str,
+        instance_id: str,
+        daemon_pid: int,
+        master: int,
+        ctl: int,
+    ) -> None:
+        self.name = name
+        self.child = child
+        self.socket = socket
+        self.instance_id = instance_id
+        self.daemon_pid = daemon_pid
+        self.master = master
+        self.ctl = ctl
+        self.notes: collections.deque[bytes] = collections.deque()
+        self.happened = False
+        self._record: HoldRecord | None = None
 
     @classmethod
     def watching(cls, client: SyncClient, child: ChildInfo, master: int, ctl: int) -> DaemonGone:

@@ -30,8 +30,6 @@ import time
 import tty
 from collections.abc import Callable, Iterator
 
-import attrs
-
 from multiserver import OutputBuffer
 from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
 from multiserver_cli.attach._tty import is_terminal, real_tty
@@ -105,7 +103,6 @@ def _read_batch(fd: int) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-@attrs.define
 class Screen:
     """The user's terminal as this client writes to it (blocking writes on
     ``fd``, outside the copy loop). Everything shown is recorded: in
@@ -118,11 +115,12 @@ class Screen:
     shown with ``snapshot`` only (a lock, uncontended but for that copy,
     keeps the two apart)."""
 
-    fd: int
-    shown: OutputBuffer
-    modes: ScreenModes = attrs.Factory(ScreenModes)
-    recorded: int = 0
-    _lock: threading.Lock = attrs.Factory(threading.Lock)
+    def __init__(self, fd: int, shown: OutputBuffer) -> None:
+        self.fd = fd
+        self.shown = shown
+        self.modes = ScreenModes()
+        self.recorded = 0
+        self._lock = threading.Lock()
 
     def record(self, data: bytes) -> None:
         with self._lock:
@@ -221,23 +219,33 @@ def _terminal_output(fd: int) -> tuple[int, Callable[[], None]]:
     return fd, lambda: os.set_blocking(fd, was_blocking)
 
 
-@attrs.define
 class _Copy:
     """One attachment's copy loop; see ``proxy``."""
 
-    master: int
-    stdin: int
-    out: int  # the terminal, non-blocking
-    ctl: int
-    detach_key: bytes | None
-    screen: Screen
-    answers: AnswerFilter | None
-    notes: collections.deque[bytes] | None = None
-    _to_terminal: bytearray = attrs.Factory(bytearray)
-    _to_program: bytearray = attrs.Factory(bytearray)
-    _poller: select.poll = attrs.Factory(select.poll)
-    _masks: dict[int, int] = attrs.Factory(dict)
-    _watching: tuple[int, int, int] = (-1, -1, -1)
+    def __init__(
+        self,
+        master: int,
+        stdin: int,
+        out: int,  # the terminal, non-blocking
+        ctl: int,
+        detach_key: bytes | None,
+        screen: Screen,
+        answers: AnswerFilter | None,
+        notes: collections.deque[bytes] | None = None,
+    ) -> None:
+        self.master = master
+        self.stdin = stdin
+        self.out = out
+        self.ctl = ctl
+        self.detach_key = detach_key
+        self.screen = screen
+        self.answers = answers
+        self.notes = notes
+        self._to_terminal = bytearray()
+        self._to_program = bytearray()
+        self._poller = select.poll()
+        self._masks: dict[int, int] = {}
+        self._watching = (-1, -1, -1)
 
     def run(self) -> str:
         while True:

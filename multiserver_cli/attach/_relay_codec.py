@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 ESCAPE = b"\x00"
 SIZE = b"W"
 _SIZE = struct.Struct(">HH")
@@ -40,14 +38,14 @@ def encode_size(rows: int, cols: int) -> bytes:
     return ESCAPE + SIZE + _SIZE.pack(min(max(rows, 0), 0xFFFF), min(max(cols, 0), 0xFFFF))
 
 
-@attrs.define
 class Decoder:
     """Relayed input in, keystrokes (bytes) and sizes (tuples) out, in the
     order sent, whatever pieces the stream comes in. ``error``: why the
     stream broke the rules; from then on nothing more comes out."""
 
-    error: str | None = None
-    _carry: bytes = b""
+    def __init__(self) -> None:
+        self.error: str | None = None
+        self._carry = b""
 
     def feed(self, data: bytes) -> list[bytes | Size]:
         if self.error is not None:

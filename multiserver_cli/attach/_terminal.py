@@ -31,9 +31,10 @@ recognised: in a UTF-8 terminal the bytes 0x80-0x9F are parts of characters.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
-import attrs
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
 
 ESC = 0x1B
 
@@ -122,7 +123,6 @@ def strip_queries(data: bytes) -> bytes:
     return _QUERY.sub(_drop_query, data.replace(b"\x05", b""))
 
 
-@attrs.define
 class QueryStripper:
     """``strip_queries`` over data that comes in pieces: a sequence split
     between two pieces is held until it is whole, and judged then.
@@ -132,7 +132,8 @@ class QueryStripper:
     fragment (``6n``, ``;?\\a``) as text and answers nothing, so it passes.
     """
 
-    _held: bytes = b""
+    def __init__(self) -> None:
+        self._held = b""
 
     def feed(self, data: bytes) -> bytes:
         if self._held:
@@ -191,7 +192,8 @@ _WINDOW_INPUT = re.compile(
     re.VERBOSE,
 )
 
-Phase = Literal["window", "late", "done"]
+if TYPE_CHECKING:
+    Phase = Literal["window", "late", "done"]
 
 
 def _marker_start_at_end(data: bytes, marker: bytes) -> int:
@@ -202,7 +204,6 @@ def _marker_start_at_end(data: bytes, marker: bytes) -> int:
     return len(data)
 
 
-@attrs.define
 class AnswerFilter:
     """Input from the terminal after a replay, answers dropped.
 
@@ -219,10 +220,11 @@ class AnswerFilter:
     is for the caller, which calls ``expire`` once it has passed.
     """
 
-    deadline: float
-    _phase: Phase = "window"
-    _held: bytes = b""
-    _in_paste: bool = False
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._phase: Phase = "window"
+        self._held = b""
+        self._in_paste = False
 
     @property
     def phase(self) -> Phase:
@@ -338,10 +340,10 @@ _RESET_MODES = b"".join(
 )
 
 
-@attrs.define
 class _KittyStack:
-    depth: int = 0  # pushes not popped
-    changed: bool = False  # flags set ("CSI = flags u") since the stack was last empty
+    def __init__(self) -> None:
+        self.depth = 0  # pushes not popped
+        self.changed = False  # flags set ("CSI = flags u") since the stack was last empty
 
     def dirty(self) -> bool:
         return self.depth > 0 or self.changed
@@ -358,7 +360,6 @@ class _KittyStack:
             self.changed = True
 
 
-@attrs.define
 class ScreenModes:
     """Follows, through everything shown the terminal, what leaving must
     undo with care; ``reset()`` is what to write on the way out.
@@ -376,11 +377,12 @@ class ScreenModes:
     Everything else (mouse, keypad, cursor...) is reset whatever was shown.
     """
 
-    _alternate: int = 0  # the DEC mode (47, 1047, 1049) that entered it; 0: main screen
-    _kitty_main: _KittyStack = attrs.Factory(_KittyStack)
-    _kitty_alternate: _KittyStack = attrs.Factory(_KittyStack)
-    _modify_other_keys: bool = False
-    _carry: bytes = b""
+    def __init__(self) -> None:
+        self._alternate = 0  # the DEC mode (47, 1047, 1049) that entered it; 0: main screen
+        self._kitty_main = _KittyStack()
+        self._kitty_alternate = _KittyStack()
+        self._modify_other_keys = False
+        self._carry = b""
 
     @property
     def alternate(self) -> int:

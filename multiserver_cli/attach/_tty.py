@@ -24,8 +24,6 @@ import termios
 import threading
 from collections.abc import Callable, Iterator
 
-import attrs
-
 from multiserver_cli.attach._relay_codec import Size
 
 # Sizes a relayed terminal's new size at once (set by the attach while it
@@ -33,14 +31,15 @@ from multiserver_cli.attach._relay_codec import Size
 SizeTo = Callable[[int, int], None]
 
 
-@attrs.define
 class Relayed:
-    """The relayed terminal, as the relay's thread keeps it."""
+    """The relayed terminal, as the relay's thread keeps it. (A plain class:
+    the attach path imports no attrs.)"""
 
-    size: Size | None
-    size_to: SizeTo | None = None
-    lock: threading.Lock = attrs.Factory(threading.Lock)
-    broken: str | None = None  # why the input stream ended early, if it broke
+    def __init__(self, size: Size | None, size_to: SizeTo | None = None) -> None:
+        self.size = size
+        self.size_to = size_to
+        self.lock = threading.Lock()
+        self.broken: str | None = None  # why the input stream ended early, if it broke
 
 
 # Set once, by the relay (use_relayed), in a process whose fds 0-2 are the relay.

@@ -3,23 +3,25 @@ docs/benchmarks.md, "command start-up"). Each command listed here ends, in
 a fresh process, with none of attrs, cattrs, trio or typing imported:
 ``version``; ``ls`` and ``peek`` with a daemon holding a saved session
 (the saved sessions read lightly, ``restore.read_saved``) and a hosts
-file; ``daemon`` and ``stop``. ``new``, ``kill`` and ``attach`` join the
-list as their paths become light; the blocking client they share already
-is (tests/multiserver/test_light_path.py)."""
+file; ``daemon`` and ``stop``; ``attach`` up to raw mode. ``new``,
+``kill`` and ``attach``'s detach still open the store to change it; the
+blocking client they all share is light (tests/multiserver/test_light_path.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 import pytest
 
 from multiserver_cli.main import build_parser
-from tests.conftest import MsDirs, daemon_pids_for, stop_daemon_sync
+from tests.conftest import MsDirs, daemon_pids_for, stop_daemon_sync, wait_until_sync
 
 HEAVY = ("attr", "attrs", "cattrs", "trio", "typing", "typing_extensions")
 
@@ -133,3 +135,75 @@ def test_daemon_and_stop_import_nothing_heavy(ms_dirs: MsDirs) -> None:
     finally:
         for pid in daemon_pids_for(ms_dirs.runtime / "multiserver-daemon-3.socket"):
             stop_daemon_sync(pid)
+
+
+ATTACH = """
+import json, sys, termios
+heavy = json.loads(sys.argv[2])
+report = sys.argv[3]
+_set = termios.tcsetattr
+
+
+def spy(*args):
+    # The first mode change is the client going raw: what is loaded then.
+    try:
+        with open(report, "x") as f:
+            f.write(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+    except FileExistsError:
+        pass
+    return _set(*args)
+
+
+termios.tcsetattr = spy
+sys.argv = ["multiserver", *json.loads(sys.argv[1])]
+from multiserver_cli.main import main
+main()
+"""
+
+
+def test_attach_is_in_raw_mode_before_anything_heavy_is_imported(
+    ms_dirs: MsDirs, tmp_path: Path
+) -> None:
+    """Up to raw mode (its first terminal mode change); the store is opened
+    later, at the first save of what the terminal shows."""
+    report = tmp_path / "raw.json"
+    try:
+        made = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "multiserver_cli",
+                "new",
+                "-d",
+                "-n",
+                "at",
+                "--",
+                "sleep",
+                "100",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
+        assert made.returncode == 0, made.stderr
+        pid, fd = pty.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.chdir("/")
+            os.execv(
+                sys.executable,
+                [sys.executable, "-c", ATTACH, '["attach", "at"]', json.dumps(HEAVY), str(report)],
+            )
+        try:
+            deadline = time.monotonic() + 20
+            while termios.tcgetattr(fd)[3] & termios.ICANON:
+                assert time.monotonic() < deadline, "attach never went raw"
+                time.sleep(0.01)
+            os.write(fd, b"\x1c")  # detach
+            assert wait_until_sync(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, 20)
+        finally:
+            os.close(fd)
+        assert json.loads(report.read_text()) == []
+    finally:
+        for daemon in daemon_pids_for(ms_dirs.paths.socket):
+            stop_daemon_sync(daemon)
