@@ -99,6 +99,22 @@ class Saved:
     def find(self, name: str) -> SessionLeaf | None:
         return next((leaf for leaf in self.leaves() if leaf.name == name), None)
 
+    def add(self, leaf: SessionLeaf, window: str) -> bool:
+        """Add ``leaf`` (a light twin) lightly (``restore.add_saved``), if
+        the store was read lightly and is not open; whether it was."""
+        if self._leaves is None or self._opened is not None:
+            return False
+        from multiserver import state_dir
+        from restore import add_saved
+
+        try:
+            added = add_saved(state_dir(), leaf, window)
+        except (MultiserverError, OSError):
+            return False
+        if added:
+            self._leaves.append(leaf)
+        return added
+
     def close(self) -> None:
         if self._opened is not None:
             self._opened.close()
@@ -121,8 +137,14 @@ def open_saved() -> Iterator[Saved]:
         saved.close()
 
 
-def leaf_for(child: ChildInfo, socket: Path, instance_id: str) -> SessionLeaf:
-    from restore import RestorationRef, SessionLeaf
+def leaf_for(
+    child: ChildInfo, socket: Path, instance_id: str, *, light: bool = False
+) -> SessionLeaf:
+    """The saved session of a new child (``light``: as a light twin)."""
+    if light:
+        from restore import LightRestorationRef as RestorationRef, LightSessionLeaf as SessionLeaf
+    else:
+        from restore import RestorationRef, SessionLeaf
 
     return SessionLeaf(
         name=child.name,
@@ -136,7 +158,7 @@ def leaf_for(child: ChildInfo, socket: Path, instance_id: str) -> SessionLeaf:
 
 
 def record_new(
-    store: ArrangementStore | None,
+    saved: Saved,
     child: ChildInfo,
     socket: Path,
     instance_id: str,
@@ -144,8 +166,15 @@ def record_new(
     argv: list[str] | None = None,
 ) -> None:
     """Add the new session to the arrangement (replacing a stale leaf of the
-    same name, whose child is gone since the daemon accepted the name).
+    same name, whose child is gone since the daemon accepted the name):
+    lightly where it can (``Saved.add``), else through the store.
     ``argv``: the whole command, where the daemon's answer shortened it."""
+    light = leaf_for(child, socket, instance_id, light=True)
+    if argv is not None:
+        light = replaced(light, argv=list(argv))
+    if saved.add(light, window):
+        return
+    store = saved.store()
     if store is None:
         return
     from restore import StoreError

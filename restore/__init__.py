@@ -47,7 +47,9 @@ EXPORTS = {
     ),
     "restore.store._rules": ("SCROLLBACK_LIMIT", "bounded_scrollback"),
     "restore.store._schema": ("PendingClose",),
-    "restore.store._outline": ("read_saved",),
+    "restore.store._outline": ("add_saved", "read_saved"),
+    # A saved session as read_saved gives it and add_saved takes it.
+    "restore.store._light_model": ("LightRestorationRef", "LightSessionLeaf"),
     "restore.store._store": ("ArrangementStore",),
     # the engine
     "restore._build": ("RestoredSession",),

@@ -109,6 +109,10 @@ from restore.store._held import (
     live_holds as live_holds,
     pid_alive as pid_alive,
 )
+from restore.store._light_model import (
+    LightRestorationRef as LightRestorationRef,
+    LightSessionLeaf as LightSessionLeaf,
+)
 from restore.store._model import (
     Arrangement as Arrangement,
     PendingLaunch as PendingLaunch,
@@ -121,6 +125,7 @@ from restore.store._model import (
     ref_key as ref_key,
 )
 from restore.store._outline import (
+    add_saved as add_saved,
     read_saved as read_saved,
 )
 from restore.store._rules import (

@@ -167,7 +167,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             hold=not args.detach,
         )
         _state.record_new(
-            saved.store(), launched.child, client.socket_path, client.instance_id, args.window, argv
+            saved, launched.child, client.socket_path, client.instance_id, args.window, argv
         )
         if args.detach:
             print(launched.child.name)

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
         RestorationRef as RestorationRef,
         SessionLeaf as SessionLeaf,
     )
+    from restore.store._model import RestorationRef as LightRestorationRef  # noqa: F401
+    from restore.store._model import SessionLeaf as LightSessionLeaf  # noqa: F401
+    __all__ = ['LightRestorationRef', 'LightSessionLeaf']
 else:
     class Record:
         """Fields by position or name, compared by class and fields."""
@@ -72,6 +75,9 @@ else:
             self.host = host
             self.pending_launch = pending_launch
             self.exit_code = exit_code
+
+    LightRestorationRef = RestorationRef
+    LightSessionLeaf = SessionLeaf
 
 
 # name -> ((field, kind, default or REQUIRED, omitted at its default), ...)

@@ -25,6 +25,7 @@ def module_text() -> str:
             "read of the store (``_outline``), which imports neither attrs nor cattrs.\n"
             "To a type checker each is its attrs class."
         ),
+        public=["RestorationRef", "SessionLeaf"],
     )
 
 

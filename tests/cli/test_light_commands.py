@@ -3,9 +3,10 @@ docs/benchmarks.md, "command start-up"). Each command listed here ends, in
 a fresh process, with none of attrs, cattrs, trio or typing imported:
 ``version``; ``ls`` and ``peek`` with a daemon holding a saved session
 (the saved sessions read lightly, ``restore.read_saved``) and a hosts
-file; ``daemon`` and ``stop``; ``attach`` up to raw mode. ``new``,
-``kill`` and ``attach``'s detach still open the store to change it; the
-blocking client they all share is light (tests/multiserver/test_light_path.py)."""
+file; ``new -d`` once the store exists (its session added lightly);
+``daemon`` and ``stop``; ``attach`` up to raw mode. ``kill`` and
+``attach``'s detach still open the store to change it; the blocking client
+they all share is light (tests/multiserver/test_light_path.py)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def test_version_imports_nothing_heavy(argv: list[str]) -> None:
     assert heavy == []
 
 
-def test_ls_and_peek_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -> None:
+def test_ls_peek_and_new_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -> None:
     os.environ["MULTISERVER_CONFIG_DIR"] = str(tmp_path)  # monkeypatched back by ms_dirs' env
     try:
         made = subprocess.run(
@@ -91,6 +92,13 @@ def test_ls_and_peek_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -> No
         while "light-42" not in (shown := _run(["peek", "lt"]))[0]:
             assert time.monotonic() < deadline, shown
         assert shown[1] == []
+        # Once the store exists, a new session is saved lightly too.
+        shown, heavy = _run(["new", "-d", "-n", "lt2", "--", "sleep", "100"])
+        assert shown == "lt2" and heavy == []
+        assert "lt2" in _run(["ls"])[0]
+        from restore import read_saved
+
+        assert [leaf.name for leaf in read_saved(ms_dirs.state) or []] == ["lt", "lt2"]
     finally:
         os.environ.pop("MULTISERVER_CONFIG_DIR", None)
         for pid in daemon_pids_for(ms_dirs.paths.socket):

@@ -22,7 +22,8 @@ from restore import (
     SessionLeaf,
     read_saved,
 )
-from restore.store import _lightgen
+from restore.store import _light_model, _lightgen
+from restore.store._outline import add_saved
 from restore.store._rules import SCROLLBACK_LIMIT
 
 
@@ -198,3 +199,59 @@ def test_fields_a_newer_multiserver_wrote_are_ignored_as_the_store_ignores_them(
     finally:
         store.close()
     assert fields(light) == fields(whole)
+
+
+def twin_of(leaf: SessionLeaf) -> Any:
+    """The light twin of an attrs leaf (its records too)."""
+
+    def twin(value: Any) -> Any:
+        if attrs.has(type(value)):
+            cls = getattr(_light_model, type(value).__name__)
+            return cls(**{f.name: twin(getattr(value, f.name)) for f in attrs.fields(type(value))})
+        return value
+
+    return twin(leaf)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sessions=_sessions(),
+    new=_names.flatmap(_leaf),
+    window=st.sampled_from(["main", "w2", "w3"]),
+)
+def test_a_session_added_lightly_is_what_the_store_would_have_added(
+    tmp_path_factory: pytest.TempPathFactory,
+    sessions: list[tuple[SessionLeaf, str]],
+    new: SessionLeaf,
+    window: str,
+) -> None:
+    new = attrs.evolve(new, notice=None)
+    loaded = []
+    for light in (False, True):
+        state = tmp_path_factory.mktemp("state")
+        store = ArrangementStore.open(state / "arrangement.sqlite3")
+        try:
+            for leaf, w in sessions:
+                store.add_session(leaf, window=w)
+            taken = store.load().find(new.name) is not None
+            if light:
+                store.close()
+                assert add_saved(state, twin_of(new), window) is not taken
+                store = ArrangementStore.open(state / "arrangement.sqlite3")
+            elif not taken:
+                store.add_session(new, window=window)
+            loaded.append(store.load())
+        finally:
+            store.close()
+    assert loaded[0] == loaded[1]
+
+
+def test_a_session_is_not_added_lightly_to_a_file_it_is_not_sure_of(tmp_path: Path) -> None:
+    path = _store_with(tmp_path, "a")
+    _sql(path, "UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+    assert not add_saved(tmp_path, twin_of(SessionLeaf("b", ["sh"], "/")))
+    _sql(path, "UPDATE meta SET value = 1 WHERE key = 'schema_version'")
+    assert not add_saved(tmp_path, twin_of(SessionLeaf("a", ["sh"], "/")))  # taken
+    assert add_saved(tmp_path, twin_of(SessionLeaf("b", ["sh"], "/")))
+    assert [leaf.name for leaf in read_saved(tmp_path) or []] == ["a", "b"]
+    assert not add_saved(tmp_path / "nowhere", twin_of(SessionLeaf("c", ["sh"], "/")))
