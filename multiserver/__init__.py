@@ -67,7 +67,7 @@ EXPORTS = {
         "try_lock",
     ),
     "multiserver._platform": ("set_winsize",),
-    "multiserver._record": ("mutable_record", "record"),
+    "multiserver._record": ("Twin", "mutable_record", "record"),
     "multiserver._proto": (
         "MIN_PROTOCOL_VERSION",
         "NAME_RE",

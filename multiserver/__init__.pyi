@@ -92,6 +92,7 @@ from multiserver._proto import (
     exit_status as exit_status,
 )
 from multiserver._record import (
+    Twin as Twin,
     mutable_record as mutable_record,
     record as record,
 )

@@ -137,6 +137,14 @@ def one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+def dump_message(cls: type[Any], data: dict[str, Any], version: int) -> tuple[bytes, bytes]:
+    """An unstructured message of ``cls`` -> (its JSON body, its blob: the
+    ``BLOB`` field, taken out of ``data``), for a peer of ``version``."""
+    blob_field: str | None = getattr(cls, "BLOB", None)
+    blob = data.pop(blob_field) if blob_field is not None else b""
+    return dump_body(data, version), blob
+
+
 def dump_body(data: dict[str, Any], version: int) -> bytes:
     """An unstructured message -> its JSON body, for a peer of ``version``.
     Raises Unrepresentable if that version cannot carry it."""

@@ -22,7 +22,7 @@ import cattrs.gen
 
 from multiserver import _frames
 from multiserver._body import (
-    dump_body,
+    dump_message,
     env_from_wire,
     env_to_wire,
     list_to_wire,
@@ -169,12 +169,7 @@ def _describe(exc: BaseException) -> str:
 def encode_body(msg: Message, version: int = PROTOCOL_VERSION) -> tuple[bytes, bytes]:
     """Message -> (JSON body, blob), as a peer of ``version`` reads it.
     Raises Unrepresentable if that version cannot carry it."""
-    data = _converter.unstructure(msg)
-    blob_field: str | None = getattr(type(msg), "BLOB", None)
-    blob = b""
-    if blob_field is not None:
-        blob = data.pop(blob_field)
-    return dump_body(data, version), blob
+    return dump_message(type(msg), _converter.unstructure(msg), version)
 
 
 def decode_body(cls: type[Message], body: bytes, blob: bytes) -> Message:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from multiserver import _light_messages as m
 from multiserver._body import (
-    dump_body,
+    dump_message,
     env_from_wire,
     env_to_wire,
     list_to_wire,
@@ -206,12 +206,7 @@ def encode_body(msg: Message, version: int) -> tuple[bytes, bytes]:
     """Message -> (JSON body, blob), as a peer of ``version`` reads it.
     Raises Unrepresentable if that version cannot carry it."""
     cls = type(msg)
-    data = _UNSTRUCTURE[cls.__name__](msg)
-    blob_field: str | None = getattr(cls, "BLOB", None)
-    blob = b""
-    if blob_field is not None:
-        blob = data.pop(blob_field)
-    return dump_body(data, version), blob
+    return dump_message(cls, _UNSTRUCTURE[cls.__name__](msg), version)
 
 
 def decode_body(cls: type[Message], body: bytes, blob: bytes) -> Message:

@@ -44,25 +44,10 @@ if TYPE_CHECKING:
     from multiserver._messages import ChildTaken as LightChildTaken  # noqa: F401
     __all__ = ['LightChildExited', 'LightChildTaken']
 else:
-    class Record:
-        """Fields by position or name, compared by class and fields."""
-
-        __slots__ = ()
-
-        def __repr__(self) -> str:
-            inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-            return f"{type(self).__name__}({inner})"
-
-        def __eq__(self, other: object) -> bool:
-            if type(other) is not type(self):
-                return NotImplemented
-            return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-        __hash__ = None  # type: ignore[assignment]
-    
+    from multiserver import Twin
 
 
-    class ChildInfo(Record):
+    class ChildInfo(Twin):
         __slots__ = ('id', 'pid', 'name', 'argv', 'cwd', 'tty', 'rows', 'cols', 'state', 'exit_code', 'held', 'buffered_bytes', 'dropped_bytes', 'started_at', 'exited_at', 'linger', 'fg_pid', 'fg_cwd', 'fg_argv', 'argv_omitted',)
 
         def __init__(self, id, pid, name, argv, cwd, tty, rows, cols, state, exit_code, held, buffered_bytes, dropped_bytes, started_at, exited_at, linger, fg_pid=None, fg_cwd=None, fg_argv=None, argv_omitted=0):
@@ -88,7 +73,7 @@ else:
             self.argv_omitted = argv_omitted
 
 
-    class ClaimedChild(Record):
+    class ClaimedChild(Twin):
         __slots__ = ('id', 'child', 'dropped', 'output_len', 'fd', 'errno', 'message',)
 
         def __init__(self, id, child=None, dropped=0, output_len=0, fd=False, errno=0, message=''):
@@ -101,7 +86,7 @@ else:
             self.message = message
 
 
-    class Hello(Record):
+    class Hello(Twin):
         __slots__ = ('min_version', 'max_version', 'client', 'children',)
         TYPE = 1
 
@@ -112,7 +97,7 @@ else:
             self.children = children
 
 
-    class Welcome(Record):
+    class Welcome(Twin):
         __slots__ = ('version', 'instance_id', 'pid', 'server', 'children', 'more',)
         TYPE = 2
 
@@ -125,7 +110,7 @@ else:
             self.more = more
 
 
-    class Refused(Record):
+    class Refused(Twin):
         __slots__ = ('reason', 'min_version', 'max_version',)
         TYPE = 3
 
@@ -135,7 +120,7 @@ else:
             self.max_version = max_version
 
 
-    class Launch(Record):
+    class Launch(Twin):
         __slots__ = ('req', 'argv', 'env', 'cwd', 'rows', 'cols', 'name', 'linger', 'hold',)
         TYPE = 10
 
@@ -151,7 +136,7 @@ else:
             self.hold = hold
 
 
-    class Claim(Record):
+    class Claim(Twin):
         __slots__ = ('req', 'ids', 'steal', 'keep_output',)
         TYPE = 11
 
@@ -162,7 +147,7 @@ else:
             self.keep_output = keep_output
 
 
-    class Release(Record):
+    class Release(Twin):
         __slots__ = ('req', 'ids', 'replace_output', 'output',)
         TYPE = 12
         BLOB = 'output'
@@ -174,7 +159,7 @@ else:
             self.output = output
 
 
-    class Signal(Record):
+    class Signal(Twin):
         __slots__ = ('req', 'id', 'signum',)
         TYPE = 13
 
@@ -184,7 +169,7 @@ else:
             self.signum = signum
 
 
-    class Collect(Record):
+    class Collect(Twin):
         __slots__ = ('req', 'id',)
         TYPE = 14
 
@@ -193,7 +178,7 @@ else:
             self.id = id
 
 
-    class ListChildren(Record):
+    class ListChildren(Twin):
         __slots__ = ('req', 'foreground',)
         TYPE = 15
 
@@ -202,7 +187,7 @@ else:
             self.foreground = foreground
 
 
-    class Peek(Record):
+    class Peek(Twin):
         __slots__ = ('req', 'id', 'max_bytes',)
         TYPE = 16
 
@@ -212,7 +197,7 @@ else:
             self.max_bytes = max_bytes
 
 
-    class Resize(Record):
+    class Resize(Twin):
         __slots__ = ('req', 'id', 'rows', 'cols',)
         TYPE = 17
 
@@ -223,7 +208,7 @@ else:
             self.cols = cols
 
 
-    class Shutdown(Record):
+    class Shutdown(Twin):
         __slots__ = ('req', 'force',)
         TYPE = 18
 
@@ -232,7 +217,7 @@ else:
             self.force = force
 
 
-    class Launched(Record):
+    class Launched(Twin):
         __slots__ = ('req', 'child',)
         TYPE = 30
 
@@ -241,7 +226,7 @@ else:
             self.child = child
 
 
-    class Claimed(Record):
+    class Claimed(Twin):
         __slots__ = ('req', 'children', 'last', 'outputs',)
         TYPE = 31
         BLOB = 'outputs'
@@ -253,7 +238,7 @@ else:
             self.outputs = outputs
 
 
-    class ChildError(Record):
+    class ChildError(Twin):
         __slots__ = ('req', 'id', 'errno', 'message',)
         TYPE = 32
 
@@ -264,7 +249,7 @@ else:
             self.message = message
 
 
-    class Released(Record):
+    class Released(Twin):
         __slots__ = ('req', 'ids',)
         TYPE = 33
 
@@ -273,7 +258,7 @@ else:
             self.ids = ids
 
 
-    class Ok(Record):
+    class Ok(Twin):
         __slots__ = ('req',)
         TYPE = 34
 
@@ -281,7 +266,7 @@ else:
             self.req = req
 
 
-    class Collected(Record):
+    class Collected(Twin):
         __slots__ = ('req', 'child',)
         TYPE = 35
 
@@ -290,7 +275,7 @@ else:
             self.child = child
 
 
-    class Children(Record):
+    class Children(Twin):
         __slots__ = ('req', 'children', 'last',)
         TYPE = 36
 
@@ -300,7 +285,7 @@ else:
             self.last = last
 
 
-    class Peeked(Record):
+    class Peeked(Twin):
         __slots__ = ('req', 'child', 'dropped', 'output',)
         TYPE = 37
         BLOB = 'output'
@@ -312,7 +297,7 @@ else:
             self.output = output
 
 
-    class Error(Record):
+    class Error(Twin):
         __slots__ = ('req', 'errno', 'message',)
         TYPE = 38
 
@@ -322,7 +307,7 @@ else:
             self.message = message
 
 
-    class ChildExited(Record):
+    class ChildExited(Twin):
         __slots__ = ('id', 'exit_code',)
         TYPE = 50
 
@@ -331,7 +316,7 @@ else:
             self.exit_code = exit_code
 
 
-    class ChildTaken(Record):
+    class ChildTaken(Twin):
         __slots__ = ('id',)
         TYPE = 51
 

@@ -92,25 +92,6 @@ from __future__ import annotations
 TYPE_CHECKING = False
 '''
 
-_RECORD = '''
-
-class Record:
-    """Fields by position or name, compared by class and fields."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-        return f"{type(self).__name__}({inner})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-'''
-
 
 def _class_source(cls: type, omitted: Mapping[str, tuple[str, ...]]) -> str:
     fields = fields_of(cls, omitted)
@@ -119,7 +100,7 @@ def _class_source(cls: type, omitted: Mapping[str, tuple[str, ...]]) -> str:
     lines = [
         "",
         "",
-        f"    class {cls.__name__}(Record):",
+        f"    class {cls.__name__}(Twin):",
         f"        __slots__ = ({', '.join(repr(n) for n in names)},)",
     ]
     if hasattr(cls, "TYPE"):
@@ -165,7 +146,7 @@ def twin_module_text(
     if public:
         out.append(f"    __all__ = [{', '.join(repr('Light' + n) for n in public)}]")
     out.append("else:")
-    out.append(_RECORD.replace("\n", "\n    ").replace("\n    \n", "\n\n").strip("\n"))
+    out.append("    from multiserver import Twin")
     out += [_class_source(c, omitted or {}) for c in classes]
     if public:
         out.append("")

@@ -16,6 +16,26 @@ needs them is an attrs class. ``replaced`` (``_frames``) copies either kind.
 
 from __future__ import annotations
 
+
+class Twin:
+    """The base of the plain twins ``_lightgen`` writes (their fields are
+    their slots): shown and compared by class and fields, as attrs shows and
+    compares the classes they are twins of."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TypeVar, dataclass_transform

@@ -8,60 +8,32 @@ from multiserver._errors import ChildFailed, PeerProtocolError, RequestFailed, V
 from multiserver._frames import Family, is_a
 from multiserver._light_messages import Children, Error, Hello, Refused, Welcome
 from multiserver._proto import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+from multiserver._record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from multiserver._messages import ChildInfo, Claimed, Message
 
 
-class _Result:
-    """Fields by position or name, compared by class and fields. Plain
-    classes, not attrs: the blocking client imports no attrs."""
-
-    __slots__: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-        return f"{type(self).__name__}({inner})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
+# Records (multiserver.record), not attrs: the blocking client imports no attrs.
+@record
+class LaunchResult:
+    child: ChildInfo
+    master: int | None  # the caller's; None when launched detached
 
 
-class LaunchResult(_Result):
-    __slots__ = ("child", "master")
-
-    def __init__(self, child: ChildInfo, master: int | None) -> None:
-        self.child = child
-        self.master = master  # the caller's; None when launched detached
-
-
-class ClaimResult(_Result):
+@record
+class ClaimResult:
     """One child of a claim: either ``child`` (with ``master`` if it runs,
     the output buffered while unheld and the count dropped past the bound)
     or ``error``."""
 
-    __slots__ = ("child", "dropped", "error", "id", "master", "output")
-
-    def __init__(
-        self,
-        id: int,
-        child: ChildInfo | None = None,
-        master: int | None = None,
-        output: bytes = b"",
-        dropped: int = 0,
-        error: ChildFailed | None = None,
-    ) -> None:
-        self.id = id
-        self.child = child
-        self.master = master
-        self.output = output
-        self.dropped = dropped
-        self.error = error
+    id: int
+    child: ChildInfo | None = None
+    master: int | None = None
+    output: bytes = b""
+    dropped: int = 0
+    error: ChildFailed | None = None
 
     @property
     def ok(self) -> bool:
@@ -72,13 +44,11 @@ class ClaimResult(_Result):
         return ClaimResult(self.id, self.child, None, self.output, self.dropped, self.error)
 
 
-class PeekResult(_Result):
-    __slots__ = ("child", "dropped", "output")
-
-    def __init__(self, child: ChildInfo, output: bytes, dropped: int) -> None:
-        self.child = child
-        self.output = output
-        self.dropped = dropped
+@record
+class PeekResult:
+    child: ChildInfo
+    output: bytes
+    dropped: int
 
 
 def claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:

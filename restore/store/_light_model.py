@@ -21,25 +21,10 @@ if TYPE_CHECKING:
     from restore.store._model import SessionLeaf as LightSessionLeaf  # noqa: F401
     __all__ = ['LightRestorationRef', 'LightSessionLeaf']
 else:
-    class Record:
-        """Fields by position or name, compared by class and fields."""
-
-        __slots__ = ()
-
-        def __repr__(self) -> str:
-            inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
-            return f"{type(self).__name__}({inner})"
-
-        def __eq__(self, other: object) -> bool:
-            if type(other) is not type(self):
-                return NotImplemented
-            return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-        __hash__ = None  # type: ignore[assignment]
-    
+    from multiserver import Twin
 
 
-    class RestorationRef(Record):
+    class RestorationRef(Twin):
         __slots__ = ('socket', 'instance_id', 'child_id', 'pid',)
 
         def __init__(self, socket, instance_id, child_id, pid):
@@ -49,7 +34,7 @@ else:
             self.pid = pid
 
 
-    class PendingLaunch(Record):
+    class PendingLaunch(Twin):
         __slots__ = ('socket', 'instance_id', 'asked_at',)
 
         def __init__(self, socket, instance_id, asked_at=0.0):
@@ -58,7 +43,7 @@ else:
             self.asked_at = asked_at
 
 
-    class SessionLeaf(Record):
+    class SessionLeaf(Twin):
         __slots__ = ('name', 'argv', 'cwd', 'rows', 'cols', 'title', 'scrollback', 'ref', 'created_at', 'notice', 'host', 'pending_launch', 'exit_code',)
 
         def __init__(self, name, argv, cwd, rows=24, cols=80, title='', scrollback=None, ref=None, created_at=0.0, notice=None, host=None, pending_launch=None, exit_code=None):

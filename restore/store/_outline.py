@@ -33,11 +33,12 @@ from restore.store._rules import (
     bounded_scrollback,
     check_leaf_host,
     check_leaf_name,
+    exact,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
     from typing import Any
 
@@ -48,23 +49,9 @@ if TYPE_CHECKING:
 READ_TIMEOUT = 1.0
 
 
-def _exact(kind: type) -> Callable[[Any], Any]:
-    """The store's own check of a JSON value (``_schema._exact``): that
-    type exactly, an int taken for a float, never a bool for a number."""
-
-    def check(value: Any) -> Any:
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
-
-    return check
-
-
 _LEAF = twin_structurers(
     twins,
-    {kind.__name__: _exact(kind) for kind in (int, float, str, bool, bytes)},
+    {kind.__name__: exact(kind) for kind in (int, float, str, bool, bytes)},
     forbid_extra=False,
 )["SessionLeaf"]
 

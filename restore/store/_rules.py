@@ -9,6 +9,11 @@ import re
 
 from multiserver import NAME_RE, safe_start
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 FILE_NAME = "arrangement.sqlite3"
 SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -27,6 +32,22 @@ def bounded_scrollback(data: bytes) -> bytes:
 
 # A host's name, as ``multiserver host add`` takes it (the part before ":").
 HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def exact(kind: type) -> Callable[[Any], Any]:
+    """The store's check of a JSON value: that type exactly, an int taken
+    for a float, never a bool for a number. Not the wire codec's checks:
+    saved state must take back the lone surrogates that a
+    surrogateescape-decoded path or argv holds."""
+
+    def check(value: Any) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return check
 
 
 def check_session_name(name: str) -> None:

@@ -54,6 +54,7 @@ from restore.store._rules import (
     BYTES_FIELDS as _BYTES_FIELDS,
     SCHEMA_VERSION as SCHEMA_VERSION,
     SQLITE_MAGIC as _SQLITE_MAGIC,
+    exact,
 )
 
 _T = TypeVar("_T")
@@ -77,16 +78,8 @@ _CREATE = (
 
 
 def _exact(kind: type) -> Callable[[Any, Any], Any]:
-    # Not the wire codec's checks: saved state must take back the lone
-    # surrogates that a surrogateescape-decoded path or argv holds.
-    def check(value: Any, _type: Any) -> Any:
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
-
-    return check
+    check = exact(kind)  # the light read's too (_outline)
+    return lambda value, _type: check(value)
 
 
 def _make_converter() -> cattrs.Converter:

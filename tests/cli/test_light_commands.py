@@ -39,6 +39,19 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
 """
 
 
+def _made(name: str, *argv: str) -> None:
+    """A detached session ``name`` running ``argv``, made by the command
+    (saved, as a person makes it)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "multiserver_cli", "new", "-d", "-n", name, "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    assert made.returncode == 0, made.stderr
+
+
 def _run(argv: list[str]) -> tuple[str, list[str]]:
     """What a fresh ``multiserver ARGV`` printed, and the heavy modules it
     imported."""
@@ -65,26 +78,7 @@ def test_version_imports_nothing_heavy(argv: list[str]) -> None:
 def test_ls_peek_and_new_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -> None:
     os.environ["MULTISERVER_CONFIG_DIR"] = str(tmp_path)  # monkeypatched back by ms_dirs' env
     try:
-        made = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "multiserver_cli",
-                "new",
-                "-d",
-                "-n",
-                "lt",
-                "--",
-                "sh",
-                "-c",
-                "echo light-$((6*7)); exec sleep 100",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd="/",
-        )
-        assert made.returncode == 0, made.stderr
+        _made("lt", "sh", "-c", "echo light-$((6*7)); exec sleep 100")
         (tmp_path / "hosts.json").write_text(json.dumps({"format": 1, "hosts": []}))
         shown, heavy = _run(["ls"])
         assert "lt" in shown and heavy == []
@@ -176,25 +170,7 @@ def test_attach_is_in_raw_mode_before_anything_heavy_is_imported(
     later, at the first save of what the terminal shows."""
     report = tmp_path / "raw.json"
     try:
-        made = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "multiserver_cli",
-                "new",
-                "-d",
-                "-n",
-                "at",
-                "--",
-                "sleep",
-                "100",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd="/",
-        )
-        assert made.returncode == 0, made.stderr
+        _made("at", "sleep", "100")
         pid, fd = pty.fork()
         if pid == 0:  # pragma: no cover - the child
             os.chdir("/")
