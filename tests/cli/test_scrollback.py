@@ -98,14 +98,17 @@ def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
 
 async def reboot(ms_dirs: MsDirs, *terminals: Terminal) -> None:
     """SIGKILL, by pid, the daemon, every child it has, and the multiserver
-    clients in the windows (their windows stay open, at their shells)."""
+    clients in the windows (their windows stay open, at their shells).
+    The clients and the daemon go first: were a client alive when its
+    program died, it would see an exit and forget the session (a durable
+    close, as it should for a real exit), which no reboot lets it do."""
     [daemon] = daemon_pids_for(ms_dirs.paths.socket)
     children = [s["pid"] for s in (await sessions(ms_dirs)).values()]
     clients = [pid for t in terminals for pid in t.client_pids()]
-    for pid in children:
-        kill_group_and_pid(pid)
     for pid in [*clients, daemon]:
         os.kill(pid, signal.SIGKILL)
+    for pid in children:
+        kill_group_and_pid(pid)
     gone = [daemon, *children, *clients]
     await wait_until(lambda: all(is_dead(p) for p in gone), 10, "the reboot")
 
