@@ -103,7 +103,7 @@ class Session:
 
     @property
     def daemon(self) -> str:
-        return daemon_label(Path(self.socket)) if self.socket else "-"
+        return daemon_label(self.socket) if self.socket else "-"
 
     @property
     def state(self) -> str:
@@ -165,7 +165,7 @@ def _why_not_running(leaf: SessionLeaf, answered: dict[str, str], silent: set[st
     if ref is None:
         return "never started"
     socket = _norm(ref.socket)
-    label = f"daemon {daemon_label(Path(socket))}"
+    label = f"daemon {daemon_label(socket)}"
     if socket in answered:
         if answered[socket] != ref.instance_id:
             return f"{label} restarted since"
