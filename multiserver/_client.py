@@ -356,7 +356,7 @@ async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
         # A daemon that refuses us before reading (another uid) has sent its
         # Error and closed: our send breaks, but its answer is there to read.
         pass
-    reader = WelcomeReader(FULL)
+    reader = WelcomeReader()
     while True:
         event = await framed.receive()
         close_fds(event.fds)

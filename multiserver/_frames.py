@@ -176,9 +176,6 @@ def close_fds(fds: Sequence[int]) -> None:
             pass
 
 
-_close_all = close_fds
-
-
 def encode_frame(family: Family, msg: Message, version: int, nfds: int = 0) -> bytes:
     body, blob = family.encode_body(msg, version)
     return HEADER.pack(MAGIC, version, msg.TYPE, nfds, len(body), len(blob)) + body + blob
@@ -246,7 +243,7 @@ class Codec:
         return int(HEADER_SIZE + body_len + blob_len)
 
     def _fail(self, message: str, extra_fds: Sequence[int] = ()) -> ProtocolError:
-        _close_all(extra_fds)
+        close_fds(extra_fds)
         self.close()
         self._broken = ProtocolError(message)
         return self._broken
@@ -256,7 +253,7 @@ class Codec:
         incomplete frame (up to 16 MiB of a peer that stalled); the codec
         reads nothing more. Safe to call more than once."""
         while self._batches:
-            _close_all(self._batches.popleft().fds)
+            close_fds(self._batches.popleft().fds)
         if self._buf:
             self._offset += len(self._buf)
             self._buf = bytearray()
@@ -272,7 +269,7 @@ class Codec:
         Raises ProtocolError (after closing every fd it holds).
         """
         if self._broken is not None:
-            _close_all(fds)
+            close_fds(fds)
             raise self._broken
         start = self._received
         self._received += len(data)

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
         Signal as Signal,
         Welcome as Welcome,
     )
-    from multiserver._messages import ChildExited as LightChildExited  # noqa: F401
-    from multiserver._messages import ChildTaken as LightChildTaken  # noqa: F401
+    from multiserver._messages import ChildExited as LightChildExited
+    from multiserver._messages import ChildTaken as LightChildTaken
     __all__ = ['LightChildExited', 'LightChildTaken']
 else:
     from multiserver import Twin

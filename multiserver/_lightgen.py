@@ -142,7 +142,7 @@ def twin_module_text(
         out.append("    )")
     for name in public:
         module = next(c.__module__ for c in classes if c.__name__ == name)
-        out.append(f"    from {module} import {name} as Light{name}  # noqa: F401")
+        out.append(f"    from {module} import {name} as Light{name}")
     if public:
         out.append(f"    __all__ = [{', '.join(repr('Light' + n) for n in public)}]")
     out.append("else:")

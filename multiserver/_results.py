@@ -5,7 +5,7 @@ the caller's to close."""
 from __future__ import annotations
 
 from multiserver._errors import ChildFailed, PeerProtocolError, RequestFailed, VersionRefused
-from multiserver._frames import Family, is_a
+from multiserver._frames import Family, is_a, replaced
 from multiserver._light_messages import Children, Error, Hello, Refused, Welcome
 from multiserver._proto import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
 from multiserver._record import record
@@ -86,8 +86,7 @@ class WelcomeReader:
     (version 4 pages a long listing after it), else None. Raises
     VersionRefused, RequestFailed (e.g. a refused uid) or PeerProtocolError."""
 
-    def __init__(self, f: Family) -> None:
-        self._family = f
+    def __init__(self) -> None:
         self._welcome: Welcome | None = None
         self._listing: list[ChildInfo] = []
 
@@ -113,13 +112,5 @@ class WelcomeReader:
             raise PeerProtocolError(f"expected the rest of the listing, got {type(msg).__name__}")
         self._listing += msg.children
         if msg.last:
-            w = self._welcome
-            return self._family.cls(Welcome)(
-                version=w.version,
-                instance_id=w.instance_id,
-                pid=w.pid,
-                server=w.server,
-                children=self._listing,
-                more=False,
-            )
+            return replaced(self._welcome, children=self._listing, more=False)
         return None

@@ -302,7 +302,7 @@ def handshake_blocking(channel: _Channel, *, children: bool = True) -> Welcome:
         channel.send(hello(LIGHT, children))
     except ConnectionClosed:
         pass  # refused before it read us: its Error is there to read
-    reader = WelcomeReader(LIGHT)
+    reader = WelcomeReader()
     while True:
         event = channel.next_event()
         assert event is not None

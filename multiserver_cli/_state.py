@@ -77,7 +77,8 @@ class Saved:
     them (None: it could not vouch for them, so the store is opened, which
     also finishes, migrates or quarantines what it must)."""
 
-    def __init__(self, leaves: list[SessionLeaf] | None) -> None:
+    def __init__(self, state: Path | None, leaves: list[SessionLeaf] | None) -> None:
+        self._state = state  # the state dir the leaves were read from
         self._leaves = leaves
         self._opened: contextlib.ExitStack | None = None
         self._store: ArrangementStore | None = None
@@ -102,14 +103,13 @@ class Saved:
     def add(self, leaf: SessionLeaf, window: str) -> bool:
         """Add ``leaf`` (a light twin) lightly (``restore.add_saved``), if
         the store was read lightly and is not open; whether it was."""
-        if self._leaves is None or self._opened is not None:
+        if self._state is None or self._leaves is None or self._opened is not None:
             return False
-        from multiserver import state_dir
         from restore import add_saved
 
         try:
-            added = add_saved(state_dir(), leaf, window)
-        except (MultiserverError, OSError):
+            added = add_saved(self._state, leaf, window)
+        except OSError:
             return False
         if added:
             self._leaves.append(leaf)
@@ -126,11 +126,12 @@ def open_saved() -> Iterator[Saved]:
     from multiserver import state_dir
     from restore import read_saved
 
-    try:
-        leaves = read_saved(state_dir())
-    except (MultiserverError, OSError):
-        leaves = None  # the store says what is wrong, once
-    saved = Saved(leaves)
+    state: Path | None = None
+    leaves = None  # unread: the store says what is wrong, once
+    with contextlib.suppress(MultiserverError, OSError):
+        state = state_dir()
+        leaves = read_saved(state)
+    saved = Saved(state, leaves)
     try:
         yield saved
     finally:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
         RestorationRef as RestorationRef,
         SessionLeaf as SessionLeaf,
     )
-    from restore.store._model import RestorationRef as LightRestorationRef  # noqa: F401
-    from restore.store._model import SessionLeaf as LightSessionLeaf  # noqa: F401
+    from restore.store._model import RestorationRef as LightRestorationRef
+    from restore.store._model import SessionLeaf as LightSessionLeaf
     __all__ = ['LightRestorationRef', 'LightSessionLeaf']
 else:
     from multiserver import Twin
