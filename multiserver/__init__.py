@@ -65,6 +65,7 @@ EXPORTS = {
         "socket_dirs",
         "state_dir",
         "try_lock",
+        "user_dir",
     ),
     "multiserver._platform": ("set_winsize",),
     "multiserver._record": ("Twin", "mutable_record", "record"),

@@ -80,6 +80,7 @@ from multiserver._paths import (
     socket_dirs as socket_dirs,
     state_dir as state_dir,
     try_lock as try_lock,
+    user_dir as user_dir,
 )
 from multiserver._platform import (
     set_winsize as set_winsize,

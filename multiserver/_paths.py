@@ -1,13 +1,16 @@
 """Where the daemon's socket, lock, log and state live, and the checks that
 make a planted socket or a shared directory unusable.
 
-- Runtime dir: ``$MULTISERVER_RUNTIME_DIR``, else platformdirs' user runtime
-  dir (on macOS the user's Application Support dir). Created 0700; refused if
+- Runtime dir: ``$MULTISERVER_RUNTIME_DIR``, else the XDG runtime dir
+  (``$XDG_RUNTIME_DIR``, ``/run/user/UID``, else ``$TMPDIR/runtime-UID``, as
+  platformdirs picks it) + ``/multiserver``; on macOS the user's
+  Application Support dir. Created 0700; refused if
   it is a symlink, not owned by this uid, or group/other accessible.
 - Socket ``multiserver-daemon-N.socket``, lock ``...socket.lock`` beside it.
   When the socket path would not fit in ``sun_path``, both go to the short
   fallback dir ``$TMPDIR/ms-UID`` (checked the same way).
-- State dir: ``$MULTISERVER_STATE_DIR``, else platformdirs' user state dir;
+- State dir: ``$MULTISERVER_STATE_DIR``, else ``$XDG_STATE_HOME/multiserver``
+  (``~/.local/state/multiserver``; on macOS platformdirs' user state dir);
   the daemon's log goes there.
 """
 
@@ -43,26 +46,65 @@ def runtime_dir() -> Path:
     given = _given_dir("MULTISERVER_RUNTIME_DIR")
     if given is not None:
         return given
-    import platformdirs  # only when no dir is given: the daemon never needs it
-
     if sys.platform == "darwin":  # pragma: no cover
+        import platformdirs  # only when no dir is given: the daemon never needs it
+
         return Path(platformdirs.user_data_dir(APP, appauthor=False))
-    return Path(platformdirs.user_runtime_dir(APP, appauthor=False))
+    # The XDG base directory spec, as platformdirs reads it, without its
+    # 13 ms of imports in every command, nor its two-line warning when
+    # $XDG_RUNTIME_DIR is unset (ssh logins without logind, containers):
+    # an owned 0700 $XDG_RUNTIME_DIR, else /run/user/UID, else
+    # $TMPDIR/runtime-UID (platformdirs' fallback, so sockets stay put).
+    for base in (os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"):
+        if os.path.isabs(base) and _is_private_dir(base):
+            return Path(base, APP)
+    return Path(_temp_root(), f"runtime-{os.getuid()}", APP)
 
 
 def state_dir() -> Path:
     given = _given_dir("MULTISERVER_STATE_DIR")
     if given is not None:
         return given
-    import platformdirs
+    return user_dir("state")
 
-    return Path(platformdirs.user_state_dir(APP, appauthor=False))
+
+def user_dir(kind: str) -> Path:
+    """This user's ``kind`` dir (state, config) for multiserver: on Linux the
+    XDG base directory spec's (``$XDG_STATE_HOME`` if absolute, else
+    ``~/.local/state``), on macOS platformdirs' (Application Support)."""
+    if sys.platform == "darwin":  # pragma: no cover
+        import platformdirs
+
+        return Path(getattr(platformdirs, f"user_{kind}_dir")(APP, appauthor=False))
+    variable, default = _XDG_HOMES[kind]
+    value = os.environ.get(variable, "")
+    return Path(value if os.path.isabs(value) else os.path.expanduser(default), APP)
+
+
+_XDG_HOMES = {
+    "state": ("XDG_STATE_HOME", "~/.local/state"),
+    "config": ("XDG_CONFIG_HOME", "~/.config"),
+}
+
+
+def _is_private_dir(path: str) -> bool:
+    """Whether ``path`` is a dir (not a link) of this uid that nobody else
+    may enter: what the XDG spec asks of a runtime dir."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _temp_root() -> str:
+    # $TMPDIR as tempfile.gettempdir() reads it, without its 4-5 ms of
+    # imports (shutil, random) in every command that lists the socket dirs.
+    return os.path.abspath(os.environ.get("TMPDIR") or "/tmp")
 
 
 def fallback_dir() -> Path:
-    # $TMPDIR as tempfile.gettempdir() reads it, without its 4-5 ms of
-    # imports (shutil, random) in every command that lists the socket dirs.
-    return Path(os.path.abspath(os.environ.get("TMPDIR") or "/tmp")) / f"ms-{os.getuid()}"
+    return Path(_temp_root(), f"ms-{os.getuid()}")
 
 
 def check_private_dir(path: Path) -> None:

@@ -63,12 +63,12 @@ def parser_for(
     """``multiserver [--daemon N] COMMAND ...``: the top-level parser, with a
     sub-parser for each of ``commands``, in their order.
 
-    With ``argv``, only the command it names gets its arguments: the others
-    are there (the top-level help lists them all) without theirs. Adding
-    every command's arguments was 9 ms of each command's start-up."""
-    names = {command.NAME for command in commands}
-    named = next((word for word in argv or () if word in names), None)
-    wanted = None if argv is None or named is None else named
+    With ``argv`` naming a command, only that command is added, with its
+    arguments: each sub-parser costs argparse's gettext lookups (about
+    0.6 ms) and each command's arguments more; the others are needed only
+    by the top-level help and an unknown command's error, which get the
+    whole parser."""
+    wanted = named_command(argv, {command.NAME for command in commands})
     parser: argparse.ArgumentParser = Parser(
         prog="multiserver",
         description="Terminal sessions that outlive their terminal. With no command: attach to the session 'main', creating it if needed.",
@@ -84,6 +84,8 @@ def parser_for(
     )
     subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")
     for command in commands:
+        if wanted is not None and wanted != command.NAME:
+            continue
         sub = subs.add_parser(
             command.NAME,
             help=command.HELP,
@@ -91,9 +93,25 @@ def parser_for(
             epilog=f"example:\n  {command.EXAMPLE}",
             formatter_class=Formatter,
         )
-        if wanted is None or wanted == command.NAME:
-            command.add_arguments(sub)
+        command.add_arguments(sub)
     return parser
+
+
+def named_command(argv: Sequence[str] | None, names: set[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not the top-level
+    ``--daemon N``, if that is a command's name (else None: no command, help,
+    or a word the parser will refuse)."""
+    words = list(argv or ())
+    while words:
+        word = words.pop(0)
+        if word == "--daemon":
+            if words:
+                words.pop(0)
+            continue
+        if word.startswith("--daemon="):
+            continue
+        return word if word in names else None
+    return None
 
 
 def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:

@@ -62,8 +62,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def run(command: _args.Command, args: argparse.Namespace) -> int:
-    """Run ``command``: directly, or under trio if it is one of ON_TRIO."""
+    """Run ``command``: directly, or under trio if it is one of ON_TRIO (unless
+    its ``quick``, if it has one, finds nothing to do and answers alone)."""
     if command in ON_TRIO:
+        quick = getattr(command, "quick", None)  # the case with nothing to do
+        if quick is not None and (done := quick(args)) is not None:
+            return int(done)
         import trio
 
         status: int = trio.run(command.run, args)  # type: ignore[arg-type]

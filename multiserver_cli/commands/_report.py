@@ -10,12 +10,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from multiserver_cli import _state
 from multiserver_cli._format import print_json, table
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from adopter import SweepRow
     from restore import RestoredSession
 

@@ -111,9 +111,7 @@ async def run(args: Namespace) -> int:
             f"another multiserver restore is still running after {bound:g} s; not restoring"
         )
     try:
-        with contextlib.suppress(OSError):  # who holds it, for one that waits
-            os.ftruncate(lock_fd, 0)
-            os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
+        _say_holder(lock_fd)
         if waited and _report.identity(report) != before:
             out = _report.read_report(report)
             if out is not None:
@@ -126,6 +124,61 @@ async def run(args: Namespace) -> int:
         return _report.show(await _opened(out, args), args.json)
     finally:
         os.close(lock_fd)
+
+
+def quick(args: Namespace) -> int | None:
+    """``restore`` with nothing to do, without trio and the store's
+    converter (at login, every time, on a machine that keeps no session):
+    no session saved, no close pending and no daemon socket for the sweep.
+    None when there is something to do (or another restore runs, or
+    ``--open``): ``run`` does it."""
+    import time
+
+    from multiserver import (
+        LockBusy,
+        UnsafeDirectory,
+        check_private_dir,
+        ensure_private_dir,
+        find_sockets,
+        socket_dirs,
+        state_dir,
+        try_lock,
+    )
+    from multiserver_cli.commands import _report
+    from restore import read_saved
+
+    if args.open is not None or args.timeout <= 0:
+        return None
+    started = time.perf_counter()
+    state = ensure_private_dir(state_dir())
+    try:
+        lock_fd = try_lock(state / RESTORE_LOCK)
+    except LockBusy:
+        return None
+    try:
+        if read_saved(state) != [] or find_sockets():
+            return None
+        for d in socket_dirs():
+            if os.path.lexists(d):
+                try:
+                    check_private_dir(d)
+                except UnsafeDirectory:
+                    return None  # the sweep's to report
+        _say_holder(lock_fd)
+        if not args.json:
+            print(f"restoring 0 sessions of 0 daemons within {args.timeout:g} s", file=sys.stderr)
+        seconds = round(time.perf_counter() - started, 4)
+        out = {"sessions": [], "sweep": [], "seconds": seconds, "ok": True, "saved": True}
+        _report.write_report(state / _report.RESTORE_REPORT, out)
+        return _report.show(out, args.json)
+    finally:
+        os.close(lock_fd)
+
+
+def _say_holder(lock_fd: int) -> None:
+    with contextlib.suppress(OSError):  # who holds it, for one that waits
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, str(os.getpid()).encode(), 0)
 
 
 def _holder(lock: Path) -> str:

@@ -5,7 +5,7 @@ destination, as ``ssh`` takes it: the user's ``~/.ssh/config``, agent,
 jump hosts and known_hosts all apply), the remote ``multiserver`` command,
 and its grace window (how long a session started through it lives with no
 client). They are kept in ``hosts.json`` in the config dir
-(``$MULTISERVER_CONFIG_DIR``, else platformdirs' user config dir), written
+(``$MULTISERVER_CONFIG_DIR``, else the user's config dir: ``_paths.user_dir``), written
 whole (a temporary file renamed over it); a file that cannot be read is
 said in one line and never overwritten by a command that only reads.
 
@@ -104,9 +104,9 @@ def config_dir() -> Path:
     given = os.environ.get("MULTISERVER_CONFIG_DIR")
     if given:
         return Path(given)
-    import platformdirs
+    from multiserver import user_dir
 
-    return Path(platformdirs.user_config_dir("multiserver", appauthor=False))
+    return user_dir("config")
 
 
 def hosts_path() -> Path:

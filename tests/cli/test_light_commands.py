@@ -4,7 +4,8 @@ a fresh process, with none of attrs, cattrs, trio or typing imported:
 ``version``; ``ls`` and ``peek`` with a daemon holding a saved session
 (the saved sessions read lightly, ``restore.read_saved``) and a hosts
 file; ``new -d`` once the store exists (its session added lightly);
-``daemon`` and ``stop``; ``attach`` up to raw mode. ``kill`` and
+``daemon`` and ``stop``; ``restore`` with nothing to do; ``attach`` up to
+raw mode. ``kill`` and
 ``attach``'s detach still open the store to change it; the blocking client
 they all share is light (tests/multiserver/test_light_path.py)."""
 
@@ -111,16 +112,28 @@ def test_ls_peek_and_new_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -
         ["peek", "-n", "5", "x"],
         ["stop", "--force"],
         ["version", "--json"],
+        ["--daemon=3", "ls"],
+        ["--dae", "2", "ls"],
+        ["bogus", "ls"],
+        ["ls", "bogus"],
+        ["--daemon", "x", "ls"],
+        ["attach"],
     ],
 )
-def test_the_parser_of_one_command_parses_as_the_whole_parser(argv: list[str]) -> None:
-    """``main`` builds the arguments of the command it runs only (9 ms of
-    every start-up otherwise): what it parses is what the whole parser does."""
+def test_the_parser_of_one_command_parses_as_the_whole_parser(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``main`` builds only the command it runs (each sub-parser and its
+    arguments cost start-up): what it parses is what the whole parser
+    does, and a line it refuses is refused with the same words."""
     try:
         whole = vars(build_parser().parse_args(argv))
     except SystemExit:
+        refused = capsys.readouterr().err
+        assert refused.startswith("multiserver: ")
         with pytest.raises(SystemExit):
             build_parser(argv).parse_args(argv)
+        assert capsys.readouterr().err == refused
         return
     assert vars(build_parser(argv).parse_args(argv)) == whole
 
@@ -136,6 +149,36 @@ def test_daemon_and_stop_import_nothing_heavy(ms_dirs: MsDirs) -> None:
         assert not (ms_dirs.runtime / "multiserver-daemon-3.socket").exists()
     finally:
         for pid in daemon_pids_for(ms_dirs.runtime / "multiserver-daemon-3.socket"):
+            stop_daemon_sync(pid)
+
+
+def test_restore_with_nothing_to_do_says_what_the_whole_restore_says(ms_dirs: MsDirs) -> None:
+    """At every login: nothing saved and no daemon to sweep is answered
+    without trio; a daemon to sweep takes the whole restore, which reports
+    the same when that daemon holds nothing."""
+    shown, heavy = _run(["restore", "--json"])
+    quick = json.loads(shown)
+    assert heavy == []
+    assert (ms_dirs.state / "restore-report.json").exists()
+    socket = ms_dirs.runtime / "multiserver-daemon-1.socket"
+    try:
+        assert _run(["daemon"])[0].endswith(socket.name)
+        shown, heavy = _run(["restore", "--json"])
+        assert "trio" in heavy
+        whole = json.loads(shown)
+        assert (
+            {**quick, "seconds": 0}
+            == {**whole, "seconds": 0}
+            == {
+                "sessions": [],
+                "sweep": [],
+                "seconds": 0,
+                "ok": True,
+                "saved": True,
+            }
+        )
+    finally:
+        for pid in daemon_pids_for(socket):
             stop_daemon_sync(pid)
 
 
