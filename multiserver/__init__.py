@@ -77,7 +77,7 @@ EXPORTS = {
         "exit_status",
     ),
     "multiserver._results": ("ClaimResult", "LaunchResult", "PeekResult"),
-    "multiserver._spawn": ("TimedOut",),
+    "multiserver._spawn": ("TimedOut", "spawn_detached"),
     "multiserver._stale": ("SocketFound", "remove_stale_socket", "unlink_if_same"),
     "multiserver._start": ("connect", "connect_or_start"),
     "multiserver._sync": ("SyncClient", "dial_blocking"),

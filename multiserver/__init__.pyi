@@ -104,6 +104,7 @@ from multiserver._results import (
 )
 from multiserver._spawn import (
     TimedOut as TimedOut,
+    spawn_detached as spawn_detached,
 )
 from multiserver._stale import (
     SocketFound as SocketFound,

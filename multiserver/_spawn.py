@@ -135,33 +135,40 @@ def spawn_daemon(
     """Spawn a detached daemon that inherits ``lock_fd`` (locked by the
     caller); returns (the session leader it is spawned as, the read end of
     its ready pipe, the caller's to close). Read one line from it
-    (``ready_pid``).
-
-    It starts in ``/``, in a session of its own, with nothing of this
-    process but the two fds: it never holds the caller's directory, and a
-    relative entry of ``$PYTHONPATH`` cannot name a folder there.
-    ``subprocess`` forks and execs in C (safe in a process with threads)
-    and, unlike ``os.posix_spawn``, can change directory."""
-    import subprocess  # only when a daemon starts
-
+    (``ready_pid``)."""
     rd, wr = os.pipe()
     try:
-        proc = subprocess.Popen(
-            daemon_argv(paths, wr, lock_fd, config),
-            executable=sys.executable,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=(wr, lock_fd),
-            cwd="/",
-            start_new_session=True,
-        )
+        proc = spawn_detached(daemon_argv(paths, wr, lock_fd, config), (wr, lock_fd))
     except BaseException:
         os.close(rd)
         raise
     finally:
         os.close(wr)
     return proc, rd
+
+
+def spawn_detached(
+    argv: list[str], pass_fds: tuple[int, ...] = (), stderr: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (this interpreter's) detached: in ``/``, in a session of
+    its own, with nothing of this process but ``pass_fds`` (and ``stderr``,
+    else /dev/null): it never holds the caller's directory, and a relative
+    entry of ``$PYTHONPATH`` cannot name a folder there. ``subprocess``
+    forks and execs in C (safe in a process with threads) and, unlike
+    ``os.posix_spawn``, can change directory. The caller reaps the
+    returned leader (``wait``)."""
+    import subprocess  # only when something starts
+
+    return subprocess.Popen(
+        argv,
+        executable=sys.executable,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if stderr is None else stderr,
+        pass_fds=pass_fds,
+        cwd="/",
+        start_new_session=True,
+    )
 
 
 def ready_pid(line: str, leader: subprocess.Popen[bytes], paths: DaemonPaths) -> int:

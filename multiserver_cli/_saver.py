@@ -45,6 +45,7 @@ from multiserver import (
     try_lock,
 )
 from multiserver_cli import _scrollback
+from multiserver_cli._autosave import LOCK_NAME
 from multiserver_cli._scrollback import Key, Mark
 from multiserver_cli._sessions import ask_daemon, at_once
 from restore import (
@@ -61,8 +62,6 @@ from restore import (
 MIN_EVERY = 1.0
 # The longest (a day): past it a saver keeps nothing a reboot would want.
 MAX_EVERY = 86400.0
-# One saver per user at a time (in the runtime dir, next to the daemons' locks).
-LOCK_NAME = "multiserver-saver.lock"
 
 
 @attrs.frozen
@@ -218,30 +217,39 @@ def _stop_signals() -> Iterator[tuple[int, threading.Event]]:
         os.close(w)
 
 
-def _pass_in_fresh_store(saver: Saver) -> list[str]:
-    """One pass, the store opened for it; the problems, one line each (a
+def _pass_in_fresh_store(saver: Saver) -> tuple[int | None, list[str]]:
+    """One pass, the store opened for it: how many saved sessions it found
+    running (None: it could not tell), and the problems, one line each (a
     store that cannot be opened or written is one)."""
     try:
         store, warning = ArrangementStore.open_or_quarantine()
     except (StoreError, MultiserverError, OSError) as exc:
-        return [f"saved arrangement unavailable: {exc}"]
+        return None, [f"saved arrangement unavailable: {exc}"]
+    live: int | None = None
     try:
-        problems = saver.run_pass(store).problems
+        report = saver.run_pass(store)
+        live, problems = report.live, report.problems
     except StoreError as exc:
         problems = [f"could not save: {exc}"]
     finally:
         store.close()
-    return [warning, *problems] if warning else problems
+    return live, [warning, *problems] if warning else problems
 
 
-def run_every(every: float, saver: Saver) -> int:
+def run_every(every: float, saver: Saver, until_idle: bool = False) -> int:
     """A pass every ``every`` seconds until a stop signal, then one last
     pass. The store is opened again for each pass (a corrupt one moved
     aside by anyone meanwhile is never written into). Only one runs per
-    user: a second one says so and exits 0. Problems (a daemon that does
-    not answer, a store that cannot be written) are said when they change,
-    not at every pass. It runs in ``/``: it lives as long as the login,
-    and would keep the directory it was started from busy."""
+    user: a second one says so and exits 0; the one that runs keeps its pid
+    in the lock. Problems (a daemon that does not answer, a store that
+    cannot be written) are said when they change, not at every pass. It
+    runs in ``/``: it lives as long as the login, and would keep the
+    directory it was started from busy.
+
+    ``until_idle`` (the saver a command starts, ``_autosave``): it stops
+    after a pass that found no saved session on a running daemon, and
+    nothing it could not tell (a daemon that did not answer may be wedged,
+    not gone)."""
     os.chdir("/")
     lock_path = ensure_private_dir(runtime_dir()) / LOCK_NAME
     try:
@@ -249,17 +257,20 @@ def run_every(every: float, saver: Saver) -> int:
     except LockBusy:
         print(f"multiserver: a saver runs already ({lock_path} is locked)", file=sys.stderr)
         return 0
+    with contextlib.suppress(OSError):  # who holds it
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, str(os.getpid()).encode(), 0)
     said: list[str] = []
     try:
         with _stop_signals() as (wakeup, stop):
             while True:
                 last = stop.is_set()
-                problems = _pass_in_fresh_store(saver)
+                live, problems = _pass_in_fresh_store(saver)
                 if problems != said:
                     for line in problems:
                         print(f"multiserver: {line}", file=sys.stderr)
                     said = problems
-                if last:
+                if last or (until_idle and live == 0 and not problems):
                     return 0
                 if select.select([wakeup], [], [], every)[0]:
                     os.read(wakeup, 64)

@@ -136,6 +136,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
     with ``-d``, print its name)."""
     from multiserver import DaemonPaths, dial_blocking, launch_env
     from multiserver_cli import _state
+    from multiserver_cli._autosave import ensure_saver
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach._tty import terminal_size
     from multiserver_cli.commands.attach import attach_held
@@ -169,6 +170,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
         _state.record_new(
             saved, launched.child, client.socket_path, client.instance_id, args.window, argv
         )
+        ensure_saver()  # what it shows is kept while nobody holds it
         if args.detach:
             print(launched.child.name)
             return 0

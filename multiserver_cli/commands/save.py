@@ -44,6 +44,12 @@ def add_arguments(p: ArgumentParser) -> None:
         " one per user: for the login service",
     )
     p.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="--every: stop once no saved session runs (what new and restore start"
+        " when no saver runs; MULTISERVER_SAVER=off: they do not)",
+    )
+    p.add_argument(
         "--from",
         dest="from_terminal",
         choices=["kitty", "tmux"],
@@ -82,7 +88,9 @@ def run(args: Namespace) -> int:
             raise CliError(
                 f"--every must be from {_saver.MIN_EVERY:g} to {_saver.MAX_EVERY:g} seconds", 2
             )
-        return _saver.run_every(args.every, saver)
+        return _saver.run_every(args.every, saver, until_idle=args.until_idle)
+    if args.until_idle:
+        raise UsageError("--until-idle goes with --every")
     with _state.open_store() as store:
         if store is None:
             return 1

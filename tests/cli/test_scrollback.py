@@ -43,8 +43,10 @@ from tests.conftest import (
     POLL_INTERVAL,
     MsDirs,
     daemon_pids_for,
+    is_alive,
     is_dead,
     kill_group_and_pid,
+    saver_pid,
     wait_until,
 )
 
@@ -173,6 +175,46 @@ async def test_after_a_reboot_each_session_shows_its_last_output_then_the_marker
         assert "its daemon" in screen[screen.index(RELAUNCH_MARKER) :]
         t.type(DETACH)
         await t.wait_screen(f"[detached from {name}]")
+
+
+async def test_without_the_service_new_starts_one_saver_and_a_reboot_keeps_what_nobody_saw(
+    ms_dirs: MsDirs, open_terminal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's flow with no service installed: ``new -d`` a session,
+    never attach it, reboot, ``restore``: its first attach shows what it
+    printed, then the marker. ``new`` started the saver that kept it (one,
+    however many sessions), and that saver stops by itself once no saved
+    session runs."""
+    monkeypatch.delenv("MULTISERVER_SAVER")
+    await ms(ms_dirs, "new", "-d", "-n", "build", "--", "sh", "-c", "echo built $$; exec sleep 600")
+    await wait_until(lambda: saver_pid(ms_dirs.runtime) is not None, 30, "a saver")
+    saver = saver_pid(ms_dirs.runtime)
+    assert saver is not None
+    line = f"built {(await sessions(ms_dirs))['build']['pid']}"
+    await wait_saved("build", line.encode(), timeout=30)
+    await ms(ms_dirs, "new", "-d", "-n", "other", "--", "sleep", "600")
+    assert saver_pid(ms_dirs.runtime) == saver and is_alive(saver)
+    os.kill(saver, signal.SIGKILL)  # the reboot takes the saver too
+    await reboot(ms_dirs)
+    report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+    assert {s["name"]: s["outcome"] for s in report["sessions"]} == {
+        "build": "relaunched",
+        "other": "relaunched",
+    }
+    # The restore started a saver again for the relaunched sessions.
+    await wait_until(lambda: saver_pid(ms_dirs.runtime) is not None, 30, "a saver again")
+    again = saver_pid(ms_dirs.runtime)
+    assert again is not None and again != saver
+    t = open_terminal(name="after the reboot")
+    await t.wait_prompt()
+    t.line("multiserver attach build")
+    screen = await t.wait_screen(lambda s: before_marker(s, line))
+    assert screen.count(line) == 1, screen
+    t.type(DETACH)
+    await t.wait_screen("[detached from build]")
+    # No saved session runs any more: the saver stops by itself.
+    await ms(ms_dirs, "stop", "--force")
+    await wait_until(lambda: is_dead(again), 30, "the saver to stop once idle")
 
 
 async def test_detach_saves_the_screen_and_attached_output_is_saved_while_it_flows(

@@ -175,6 +175,7 @@ def start_sshd(base: Path, remote_root: Path, watched: Path) -> Remote:
             f"MULTISERVER_RUNTIME_DIR={remote_root / 'run'}",
             f"MULTISERVER_STATE_DIR={remote_root / 'state'}",
             "MULTISERVER_IDLE_EXIT=never",
+            "MULTISERVER_SAVER=off",
             MULTISERVER,
         ]
     )
