@@ -33,6 +33,7 @@ from adopter._policy import (
     ORPHAN_WINDOW as ORPHAN_WINDOW,
     classify as classify,
     host_orphan as host_orphan,
+    late_notice as late_notice,
     orphan_name as orphan_name,
     orphans as orphans,
     referenced as referenced,

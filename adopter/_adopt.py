@@ -24,13 +24,21 @@ from adopter._policy import (
     ORPHAN_WINDOW,
     command_line,
     host_orphan,
-    norm_socket,
+    late_notice,
     orphan_name,
     referenced,
-    relaunch_of,
 )
 from multiserver import ChildInfo
-from restore import Arrangement, ArrangementStore, HostChild, RestorationRef, SessionLeaf
+from restore import (
+    Arrangement,
+    ArrangementStore,
+    HostChild,
+    RestorationRef,
+    SessionLeaf,
+    late_name,
+    norm_socket,
+    relaunch_of,
+)
 
 
 class OrphanSink(Protocol):
@@ -60,9 +68,14 @@ def orphan_leaf(
     references it, or it is a saved session's lost relaunch: see ``orphans``)."""
     if (norm_socket(socket), instance_id, child.id) in referenced(arrangement):
         return None
-    if relaunch_of(child, socket, instance_id, arrangement.find(child.name)):
+    namesake = arrangement.find(child.name)
+    if relaunch_of(child, socket, instance_id, namesake):
         return None
-    name = orphan_name(child.argv, (leaf.name for leaf in arrangement.leaves()))
+    taken = [leaf.name for leaf in arrangement.leaves()]
+    if namesake is not None:  # the late original of a session started again
+        name, notice = late_name(child.name, taken), late_notice(child.name)
+    else:
+        name, notice = orphan_name(child.argv, taken), ORPHAN_NOTICE
     return SessionLeaf(
         name=name,
         argv=list(child.argv),
@@ -72,7 +85,7 @@ def orphan_leaf(
         title=command_line(child.argv),
         ref=RestorationRef(norm_socket(socket), instance_id, child.id, child.pid),
         created_at=child.started_at,
-        notice=ORPHAN_NOTICE.encode(),
+        notice=notice.encode(),
     )
 
 

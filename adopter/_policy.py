@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Set as AbstractSet
 from typing import Literal
 
 from multiserver import ChildInfo, escaped
-from restore import Arrangement, HostChild, SessionLeaf
+from restore import Arrangement, HostChild, SessionLeaf, norm_socket, relaunch_of
 
 SocketState = Literal["live", "stale", "unresponsive", "refused"]
 # A report row is about a socket, or about a late arrival of a restore.
@@ -33,15 +33,20 @@ ORPHAN_NOTICE = (
 )
 
 
+def late_notice(name: str) -> str:
+    """What the first attach to the late original of ``name`` shows first."""
+    return (
+        f"\x1b[0m[multiserver: this process ran as {name} too, the name of another saved"
+        f" session (most often: its daemon answered a restore too late, and {name} was"
+        " started again); it is kept as it was]\r\n"
+    )
+
+
 def classify(*, connected: bool, answered: bool, lock_held: bool) -> SocketState:
     """The state of a socket that passed the ownership checks."""
     if connected:
         return "live" if answered else "unresponsive"
     return "unresponsive" if lock_held else "stale"
-
-
-def norm_socket(path: str | os.PathLike[str]) -> str:
-    return os.path.normpath(os.fspath(path))
 
 
 def referenced(arrangement: Arrangement) -> set[tuple[str, str, int]]:
@@ -58,28 +63,6 @@ def by_name(arrangement: Arrangement) -> dict[str, SessionLeaf]:
     return {leaf.name: leaf for leaf in arrangement.leaves()}
 
 
-def relaunch_of(child: ChildInfo, socket: str, instance_id: str, leaf: SessionLeaf | None) -> bool:
-    """Whether ``child`` is the saved session ``leaf``'s own relaunch whose
-    record was lost (a crash, a store that could not be written): its
-    daemon calls it by the session's name, and the session was relaunched
-    there (its intent names this run of the daemon) or lived on this daemon
-    (its ref: a daemon has one child of a name, so the session's own child
-    would be this one). Restore takes such a child back as the session;
-    adopted, it would run twice under two names. A child of that name on
-    another daemon (a late arrival of a session relaunched elsewhere) is
-    an orphan."""
-    if leaf is None or leaf.name != child.name:
-        return False
-    sock = norm_socket(socket)
-    intent = leaf.pending_launch
-    if intent is not None and (norm_socket(intent.socket), intent.instance_id) == (
-        sock,
-        instance_id,
-    ):
-        return True
-    return leaf.ref is not None and norm_socket(leaf.ref.socket) == sock
-
-
 def orphans(
     children: Iterable[ChildInfo],
     socket: str,
@@ -90,7 +73,7 @@ def orphans(
     """Children (running or exited) that nobody holds and no leaf references
     (``refs``: ``referenced(arrangement)``, computed once per sweep), and
     that are no saved session's lost relaunch (``saved``:
-    ``by_name(arrangement)``; see ``relaunch_of``)."""
+    ``by_name(arrangement)``; see ``restore.relaunch_of``)."""
     sock = norm_socket(socket)
     leaves = saved or {}
     return [

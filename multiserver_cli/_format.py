@@ -102,19 +102,23 @@ def ls_table(
     now: float,
     daemons: list[str] | None = None,
     waiting: list[tuple[int, int] | None] | None = None,
-    ended: Sequence[SessionLeaf] = (),
+    saved: Sequence[tuple[SessionLeaf, str]] = (),
+    notes: Sequence[str | None] = (),
 ) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
     children come from more than one). ``waiting``: each child's WAITING
-    figures (default: what its daemon buffers). ``ended``: saved sessions
-    whose program had ended unseen and whose daemon is gone, listed after
-    the children (WAITING: their saved output). An argv or cwd that is not
-    UTF-8 is shown escaped (``caf\\xe9``)."""
+    figures (default: what its daemon buffers). ``saved``: saved sessions
+    with no live child and their STATE, listed after the children (WAITING:
+    their saved output). ``notes``: what each child's STATE adds, if
+    anything. An argv or cwd that is not UTF-8 is shown escaped
+    (``caf\\xe9``)."""
     if waiting is None:
         waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
     rows = []
-    for c, w in zip(children, waiting, strict=True):
+    notes = list(notes) or [None] * len(children)
+    for c, w, note in zip(children, waiting, notes, strict=True):
         state = "running" if c.exit_code is None else describe_exit(c.exit_code)
+        state = state if note is None else f"{state} ({note})"
         rows.append(
             [
                 c.name,
@@ -130,11 +134,10 @@ def ls_table(
     if daemons is not None:
         header.insert(1, "DAEMON")
         rows = [[r[0], d, *r[1:]] for r, d in zip(rows, daemons, strict=True)]
-    for leaf in ended:
-        assert leaf.exit_code is not None
+    for leaf, state in saved:
         row = [
             leaf.name,
-            f"{describe_exit(leaf.exit_code)} (saved: its daemon is gone)",
+            state,
             "-",
             _truncate(shlex.join(escaped(a) for a in leaf.argv), 40),
             _truncate(escaped(leaf.cwd), 40),

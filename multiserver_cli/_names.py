@@ -95,6 +95,7 @@ class Session:
     daemon_name: str = ""  # the daemon's name for the live child
     leaf: SessionLeaf | None = None  # a saved session with no live child
     why_not_running: str = ""  # for it
+    late_of: str = ""  # a live child: the saved session whose late original it is
 
     @property
     def renamed(self) -> bool:
@@ -126,29 +127,47 @@ def _norm(socket: str | os.PathLike[str]) -> str:
 
 def sessions(survey: Survey) -> list[Session]:
     """Every session: the live children under their shown names, daemon by
-    daemon in the daemons' order, then the saved sessions with no live child."""
+    daemon in the daemons' order, then the saved sessions with no live child.
+
+    One name, one session: a child its daemon calls by the name of a saved
+    session that is not it is that session's late original, shown as
+    ``NAME-late`` (``restore.late_name``), unless it is the session's own
+    relaunch whose record was lost (``restore.relaunch_of``): then it is
+    the session."""
+    from restore import late_name, relaunch_of
+
     by_child = {
         (_norm(leaf.ref.socket), leaf.ref.instance_id, leaf.ref.child_id): leaf.name
         for leaf in survey.saved
         if leaf.ref is not None
     }
+    keys = [
+        (d, c, (_norm(d.socket), d.instance_id, c.id)) for d in survey.daemons for c in d.children
+    ]
+    live = {by_child[key] for _, _, key in keys if key in by_child}
+    saved_by_name = {leaf.name: leaf for leaf in survey.saved}
+    taken = set(saved_by_name) | {c.name for _, c, _ in keys}
     out: list[Session] = []
-    live: set[str] = set()
-    for d in survey.daemons:
-        for c in d.children:
-            saved = by_child.get((_norm(d.socket), d.instance_id, c.id))
-            out.append(
-                Session(
-                    c.name if saved is None else saved,
-                    str(d.socket),
-                    c if saved is None else replaced(c, name=saved),
-                    d.instance_id,
-                    saved=saved is not None,
-                    daemon_name=c.name,
-                )
+    for d, c, key in keys:
+        shown, late_of = by_child.get(key, c.name), ""
+        namesake = None if key in by_child else saved_by_name.get(c.name)
+        if namesake is not None:
+            if c.name not in live and relaunch_of(c, str(d.socket), d.instance_id, namesake):
+                live.add(c.name)  # the session itself, its record lost
+            else:
+                late_of, shown = c.name, late_name(c.name, taken)
+                taken.add(shown)
+        out.append(
+            Session(
+                shown,
+                str(d.socket),
+                c if shown == c.name else replaced(c, name=shown),
+                d.instance_id,
+                saved=key in by_child,
+                daemon_name=c.name,
+                late_of=late_of,
             )
-            if saved is not None:
-                live.add(saved)
+        )
     answered = {_norm(d.socket): d.instance_id for d in survey.daemons}
     silent = {_norm(s) for s in survey.silent}
     for leaf in survey.saved:

@@ -4,6 +4,12 @@
 from restore._build import (
     RestoredSession as RestoredSession,
 )
+from restore._owner import (
+    LATE_SUFFIX as LATE_SUFFIX,
+    late_name as late_name,
+    norm_socket as norm_socket,
+    relaunch_of as relaunch_of,
+)
 from restore._partial import (
     DaemonAttachment as DaemonAttachment,
     PhaseResult as PhaseResult,

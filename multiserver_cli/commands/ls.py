@@ -1,7 +1,8 @@
 """``multiserver ls``: the sessions of every daemon (``--daemon N``: of
 daemon N) and of every configured host, each under the name ``attach``
 takes, with what it wrote since its last detach (WAITING, ``_shown``);
-sessions whose program ended unseen, their daemon gone, too. A daemon or
+saved sessions with no program running too (one that ended unseen, its
+daemon gone; one a reboot or ``stop --force`` took, for restore). A daemon or
 a host that could not be read is said, and fails the command."""
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def run(args: Namespace) -> int:
 
     from multiserver_cli import _shown, _state
     from multiserver_cli._format import ls_table, print_json
-    from multiserver_cli._names import SavedOnly, sessions
-    from multiserver_cli._sessions import saved_end, survey
+    from multiserver_cli._names import sessions
+    from multiserver_cli._sessions import survey
 
     with _state.open_saved() as saved:
         view = survey(saved, _args.only_daemon(args))
@@ -45,8 +46,11 @@ def run(args: Namespace) -> int:
     # Each child under the name `attach` takes: its saved session's, if any.
     every = sessions(view)
     rows = [s for s in every if s.child is not None]
-    # Programs that ended unseen, their daemon gone: kept until seen (attach, peek).
-    ended = [e for s in every if s.child is None and (e := saved_end(SavedOnly(s)))]
+    # Saved sessions with no live child: programs that ended unseen, their
+    # daemon gone (kept until seen: attach, peek), and programs gone (a
+    # reboot, `stop --force`), which restore starts again. Their names are
+    # taken: ls lists them, so as never to say "no sessions" meanwhile.
+    kept = [(s.leaf, _saved_state(s)) for s in every if s.child is None and s.leaf is not None]
     records = _shown.load()
     waiting = [_waiting(s, records) for s in rows]
     _shown.prune(
@@ -61,10 +65,10 @@ def run(args: Namespace) -> int:
     if args.json:
         print_json(
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
-            + [_saved_end_json(leaf) for leaf in ended]
+            + [_saved_json(leaf, state) for leaf, state in kept]
             + [{**r.raw, "host": r.host} for r in remote]
         )
-    elif rows or ended or remote:
+    elif rows or kept or remote:
         daemons = [s.daemon for s in rows] + [r.host for r in remote]
         print(
             ls_table(
@@ -72,7 +76,8 @@ def run(args: Namespace) -> int:
                 time.time(),
                 daemons=daemons if len(set(daemons)) > 1 else None,
                 waiting=waiting + [r.waiting for r in remote],
-                ended=ended,
+                notes=[_note(s) for s in rows] + [None] * len(remote),
+                saved=kept,
             )
         )
     elif not view.problems and not remote_problems:
@@ -137,9 +142,30 @@ def child_json(
     }
 
 
-def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
-    """An ended session whose daemon is gone, for ``ls --json``: the fields
-    of a live one, those only a live child has null, ``saved`` true."""
+def _note(s: Session) -> str | None:
+    """What STATE adds about a live session: whose late original it is."""
+    return f"late original of {s.late_of}" if s.late_of else None
+
+
+def _saved_state(s: Session) -> str:
+    """STATE of a saved session with no live child: how its program ended
+    (kept until seen), or why it is not running and what brings it back."""
+    from multiserver import describe_exit
+    from multiserver_cli._names import SavedOnly
+    from multiserver_cli._sessions import saved_end
+
+    ended = saved_end(SavedOnly(s))
+    if ended is not None:
+        assert ended.exit_code is not None
+        return f"{describe_exit(ended.exit_code)} (saved: its daemon is gone)"
+    return f"saved, not running: {s.why_not_running}; restore starts it again"
+
+
+def _saved_json(leaf: SessionLeaf, state: str) -> dict[str, object]:
+    """A saved session with no live child, for ``ls --json``: the fields of
+    a live one (those only a live child has null), ``saved`` true, and
+    ``state`` "exited" (its program ended unseen, its daemon gone) or "not
+    running" (``detail`` says why, and what brings it back)."""
     from multiserver import escaped
 
     ref = leaf.ref
@@ -147,7 +173,7 @@ def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
         "name": leaf.name,
         "id": None,
         "pid": None,
-        "state": "exited",
+        "state": "not running" if leaf.exit_code is None else "exited",
         "exit_code": leaf.exit_code,
         "argv": [escaped(a) for a in leaf.argv],
         "cwd": escaped(leaf.cwd),
@@ -161,6 +187,7 @@ def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
         "socket": None if ref is None else ref.socket,
         "daemon_instance": None if ref is None else ref.instance_id,
         "saved": True,
+        "detail": state,
         "waiting_bytes": len(leaf.scrollback or b""),
         "waiting_dropped_bytes": 0,
     }
@@ -169,5 +196,7 @@ def _saved_end_json(leaf: SessionLeaf) -> dict[str, object]:
 def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:
     assert s.child is not None
     out = child_json(s.child, s.socket, s.instance_id, saved=s.saved)
+    if s.late_of:
+        out["late_of"] = s.late_of
     out["waiting_bytes"], out["waiting_dropped_bytes"] = waiting or (0, 0)
     return out

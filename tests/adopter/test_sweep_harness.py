@@ -33,6 +33,7 @@ from adopter import (
     SweepReport,
     SweepRow,
     adopt_late,
+    late_notice,
     sweep,
 )
 from multiserver import ChildInfo, DaemonPaths, MultiserverError, describe_exit, open_client
@@ -224,7 +225,9 @@ async def test_late_arrivals_end_up_in_the_orphans_window_exactly_once(
             assert orphan_refs(sink.current) == [ref_of(slow, k) for k in kids]
             for x, k in zip(orphan_leaves(sink.current), kids, strict=True):
                 assert x.name == late_rows[kids.index(k)].name
-                assert x.argv == k.argv and x.notice == ORPHAN_NOTICE.encode()
+                # The originals of sessions started again: NAME-late.
+                assert x.name == f"{k.name}-late"
+                assert x.argv == k.argv and x.notice == late_notice(k.name).encode()
             # Handed back to the daemon once recorded.
             await slow.wait_connections(0)
             assert not any(k.held for k in kids)

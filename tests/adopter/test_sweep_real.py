@@ -26,7 +26,7 @@ import pytest
 import trio
 
 import multiserver._client
-from adopter import ORPHAN_NOTICE, ORPHAN_WINDOW, MemorySink, SweepReport, sweep
+from adopter import ORPHAN_WINDOW, MemorySink, SweepReport, late_notice, sweep
 from multiserver import DaemonPaths, open_client
 from multiserver._paths import lock_is_held
 from restore import ATTACH_SHARE, ArrangementStore, SessionLeaf
@@ -208,6 +208,22 @@ async def test_a_stopped_daemon_times_out_restore_and_the_next_sweep_adopts_its_
         assert restored["ok"] and took < 15
         assert orphan_leaves(ms_dirs.state) == []
 
+        # Woken, daemon 1 has the originals under the sessions' names: `ls`
+        # never shows a name twice; the originals are NAME-late, said so.
+        for _ in range(5):
+            listed = await cli_json("ls")
+            names = [row["name"] for row in listed]
+            assert len(names) == len(set(names)), names
+        assert sorted(names) == ["build", "build-late", "editor", "editor-late"]
+        assert {row["name"]: row.get("late_of") for row in listed} == {
+            "build": None,
+            "editor": None,
+            "build-late": "build",
+            "editor-late": "editor",
+        }
+        _, table, _ = await cli("ls")
+        assert "running (late original of editor)" in table
+
         # Resumed: the next sweep says what it would adopt, then adopts it.
         dry = await cli_json("orphans")
         assert [(r["socket"], r["action"], r["name"]) for r in dry] == [
@@ -218,15 +234,17 @@ async def test_a_stopped_daemon_times_out_restore_and_the_next_sweep_adopts_its_
         assert orphan_leaves(ms_dirs.state) == []
         adopted = await cli_json("orphans", "--adopt")
         assert [(r["socket"], r["state"], r["action"], r["name"]) for r in adopted] == [
-            (str(one.socket), "live", "adopted", "orphan-sleep-1"),
-            (str(one.socket), "live", "adopted", "orphan-sh-1"),
+            # The originals of the sessions started again on daemon 2: the
+            # late originals of those names, never a second "editor".
+            (str(one.socket), "live", "adopted", "editor-late"),
+            (str(one.socket), "live", "adopted", "build-late"),
             (str(two.socket), "live", "none", ""),
         ]
 
         leaves = orphan_leaves(ms_dirs.state)
         assert [(x.name, x.argv) for x in leaves] == [
-            ("orphan-sleep-1", ["sleep", "300"]),
-            ("orphan-sh-1", ["sh", "-c", "sleep 300"]),
+            ("editor-late", ["sleep", "300"]),
+            ("build-late", ["sh", "-c", "sleep 300"]),
         ]
         for leaf, was in zip(leaves, ["editor", "build"], strict=True):
             c = children[was]
@@ -237,7 +255,7 @@ async def test_a_stopped_daemon_times_out_restore_and_the_next_sweep_adopts_its_
                 c.id,
                 c.pid,
             )
-            assert leaf.notice == ORPHAN_NOTICE.encode()
+            assert leaf.notice == late_notice(was).encode()
             assert is_alive(c.pid)
         again = await cli_json("orphans", "--adopt")
         assert [r["action"] for r in again] == ["none", "none"]

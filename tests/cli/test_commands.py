@@ -266,6 +266,20 @@ async def test_daemon_prints_its_socket_and_stop_refuses_while_sessions_run(
     assert not ms_dirs.paths.socket.exists()
     again = await ms(ms_dirs, "stop")
     assert again.stderr.decode() == f"no daemon running at {ms_dirs.paths.socket}\n"
+    # `a` is still saved, its name taken: ls lists it, with what brings it back.
+    shown = await ms(ms_dirs, "ls")
+    assert b"no sessions" not in shown.stderr
+    (row,) = [line for line in shown.stdout.decode().splitlines() if line.startswith("a ")]
+    assert "saved, not running: daemon 1 is not running; restore starts it again" in row
+    [entry] = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
+    assert (entry["name"], entry["state"], entry["pid"], entry["saved"]) == (
+        "a",
+        "not running",
+        None,
+        True,
+    )
+    taken = await ms(ms_dirs, "new", "-d", "-n", "a", "--", "true", check=False)
+    assert taken.returncode == 1 and b"is saved, not running" in taken.stderr
 
 
 # Errors found by talking to the daemon or looking at the terminal, run as

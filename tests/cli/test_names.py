@@ -45,13 +45,10 @@ async def test_a_default_name_is_the_smallest_free_one_over_every_daemon(
     assert await new(ms_dirs, "--daemon", "3", "new", "-d") == "5"
     assert await new(ms_dirs, "new", "-d") == "6"
     out = await ms(ms_dirs, "ls")
-    assert sorted(line.split()[:2][0] for line in out.stdout.decode().splitlines()[1:]) == [
-        "1",
-        "2",
-        "3",
-        "5",
-        "6",
-    ]
+    # Every taken name is listed: "4" as saved, not running.
+    rows = {line.split()[0]: line for line in out.stdout.decode().splitlines()[1:]}
+    assert sorted(rows) == ["1", "2", "3", "4", "5", "6"]
+    assert "saved, not running: daemon 7 is not running" in rows["4"]
 
 
 async def test_new_sessions_at_once_get_names_of_their_own(ms_dirs: MsDirs) -> None:

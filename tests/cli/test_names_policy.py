@@ -46,8 +46,12 @@ def leaf(name: str, n: int | None, instance: str = "i1", child_id: int = 1) -> S
     return SessionLeaf(name, ["sh"], "/", ref=ref)
 
 
-D1 = DaemonView(sock(1), "i1", 11, [child(1, "build"), child(2, "web"), child(3, "x", -1)])
-D2 = DaemonView(sock(2), "i2", 12, [child(1, "web"), child(2, "2")])
+# "web" on daemon 1 is the late original of the saved "web" (on daemon 2);
+# "dup" runs on both daemons, saved on neither (a race across daemons).
+D1 = DaemonView(
+    sock(1), "i1", 11, [child(1, "build"), child(2, "web"), child(3, "x", -1), child(4, "dup")]
+)
+D2 = DaemonView(sock(2), "i2", 12, [child(1, "web"), child(2, "2"), child(3, "dup")])
 SURVEY = Survey(
     [D1, D2],
     silent=frozenset({str(sock(4))}),
@@ -67,16 +71,40 @@ def test_sessions_are_shown_by_their_saved_name_and_say_why_not_running() -> Non
     got = {(s.name, s.daemon, s.state) for s in sessions(SURVEY)}
     assert got == {
         ("orphan-sh-1", "1", "running"),
-        ("web", "1", "running"),
+        ("web-late", "1", "running"),
         ("x", "1", "killed by SIGHUP"),
+        ("dup", "1", "running"),
         ("web", "2", "running"),
         ("2", "2", "running"),
+        ("dup", "2", "running"),
         ("never", "-", "saved, not running: never started"),
         ("restarted", "2", "saved, not running: daemon 2 restarted since"),
         ("gone", "2", "saved, not running: its program is gone from daemon 2"),
         ("wedged", "4", "saved, not running: daemon 4 did not answer"),
         ("down", "5", "saved, not running: daemon 5 is not running"),
     }
+
+
+def test_one_name_one_session_a_late_original_is_name_late() -> None:
+    """A child its daemon calls by a saved session's name, which is not that
+    session's child, is listed and addressed as its late original; one that
+    is the session's own relaunch (its record lost) is the session."""
+    [late] = [s for s in sessions(SURVEY) if s.late_of]
+    assert (late.name, late.daemon_name, late.late_of, late.saved) == (
+        "web-late",
+        "web",
+        "web",
+        False,
+    )
+    assert resolve(SURVEY, "web-late", command="attach") == Found(late)
+    assert "web-late" in taken(SURVEY)
+    # A name taken already: the next one.
+    taken_too = Survey([D1, D2], saved=[*SURVEY.saved, leaf("web-late", None)])
+    assert [s.name for s in sessions(taken_too) if s.late_of] == ["web-late2"]
+    # The session's own relaunch, its record lost: it lived on daemon 1.
+    lost = Survey([D1], saved=[leaf("web", 1, "i0", 7)])
+    shown = [(s.name, s.child is not None, s.late_of) for s in sessions(lost) if "web" in s.name]
+    assert shown == [("web", True, "")]
 
 
 def test_taken_names_and_the_smallest_free_default() -> None:
@@ -105,8 +133,8 @@ def test_empty_bad_and_reserved_names(name: str, new: bool, problem: str | None)
 
 
 def test_a_new_name_in_use_says_where() -> None:
-    assert new_name_conflict(SURVEY, "web") == (
-        "a session named 'web' exists already (on daemon 1, running; on daemon 2, running);"
+    assert new_name_conflict(SURVEY, "dup") == (
+        "a session named 'dup' exists already (on daemon 1, running; on daemon 2, running);"
         " choose another name, or attach to it"
     )
     assert new_name_conflict(SURVEY, "down") == (
@@ -122,14 +150,16 @@ def test_a_new_name_in_use_says_where() -> None:
 
 
 def test_resolve_finds_one_refuses_several_and_finds_saved_sessions_anywhere() -> None:
-    assert resolve(SURVEY, "2", command="peek") == Found(sessions(SURVEY)[4])
-    several = resolve(SURVEY, "web", command="kill")
+    assert resolve(SURVEY, "2", command="peek") == Found(sessions(SURVEY)[5])
+    several = resolve(SURVEY, "dup", command="kill")
     assert several == Ambiguous(
-        "several sessions are named 'web': on daemon 1 (running), daemon 2 (running, saved);"
-        " choose one with --daemon N, e.g. multiserver --daemon 2 kill web"
+        "several sessions are named 'dup': on daemon 1 (running), daemon 2 (running);"
+        " choose one with --daemon N, e.g. multiserver --daemon 2 kill dup"
     )
-    one = resolve(SURVEY, "web", command="kill", scope=sock(1))
+    one = resolve(SURVEY, "dup", command="kill", scope=sock(1))
     assert isinstance(one, Found) and one.session.daemon == "1" and not one.session.saved
+    web = resolve(SURVEY, "web", command="kill")
+    assert isinstance(web, Found) and web.session.daemon == "2" and web.session.saved
     down = resolve(SURVEY, "down", command="kill", scope=sock(1))
     assert isinstance(down, SavedOnly) and down.session.leaf == leaf("down", 5)
     assert resolve(SURVEY, "build", command="attach") == Missing(
@@ -142,8 +172,8 @@ def test_plan_new() -> None:
     assert plan_new(SURVEY, None) == Create("1", explicit=False)
     assert plan_new(SURVEY, "free") == Create("free", explicit=True)
     assert isinstance(plan_new(SURVEY, "web"), Refused)
-    assert isinstance(plan_new(SURVEY, "web", attach_existing=True), Refused)  # several
-    found = plan_new(SURVEY, "web", attach_existing=True, scope=sock(2))
+    assert isinstance(plan_new(SURVEY, "dup", attach_existing=True), Refused)  # several
+    found = plan_new(SURVEY, "dup", attach_existing=True, scope=sock(2))
     assert isinstance(found, Found) and found.session.daemon == "2"
     # -A on a saved session that is not running starts it again...
     assert plan_new(SURVEY, "down", attach_existing=True) == Create(
