@@ -25,6 +25,8 @@ venv: $(STAMP)
 # Opens a persistent shell session named "main" in this terminal
 # (attach if it exists, else create it).
 run: $(STAMP)
+	@echo "multiserver is in $(abspath $(BIN)); to type it anywhere:"
+	@echo '  export PATH="$(abspath $(BIN)):$$PATH"   # or: . $(BIN)/activate'
 	$(BIN)/multiserver
 
 # Programs some tests drive for real (a terminal emulator, a display for

@@ -56,6 +56,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"multiserver: {message} (see: {self.prog} --help)\n")
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but words nobody took are refused pointing to the
+        help of the command they were given to (argparse's top parser
+        refuses them, with its own help)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "cmd", None)
+            prog = self.prog if command is None else f"{self.prog} {command}"
+            self.exit(
+                2, f"multiserver: unrecognized arguments: {' '.join(extras)} (see: {prog} --help)\n"
+            )
+        return parsed
+
 
 def parser_for(
     commands: Sequence[Command], argv: Sequence[str] | None = None

@@ -40,3 +40,29 @@ def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> No
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"{p}/py.typed" for p in TYPED} <= names
     assert "multiserver_cli/py.typed" not in names  # the command is no library
+
+
+def test_make_run_says_how_to_put_multiserver_on_path(tmp_path: Path) -> None:
+    """After `make run`, every command of the README needs `multiserver` on
+    PATH: it says how (run here with a stand-in venv whose multiserver only
+    says it ran)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    fake = venv / "bin" / "multiserver"
+    fake.write_text("#!/bin/sh\necho ran multiserver\n")
+    fake.chmod(0o755)
+    (venv / ".installed-dev").touch()
+    out = subprocess.run(
+        ["make", "-s", "run", f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.splitlines() == [
+        f"multiserver is in {venv}/bin; to type it anywhere:",
+        f'  export PATH="{venv}/bin:$PATH"   # or: . {venv}/bin/activate',
+        "ran multiserver",
+    ]

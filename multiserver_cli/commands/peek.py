@@ -1,7 +1,8 @@
 """``multiserver peek NAME``: print what a session has kept of its output
 (what ``attach`` would replay) without attaching; ``HOST:NAME`` through
-ssh. A session whose program ended unseen, its daemon gone, shows its
-saved output."""
+ssh. A session started again by restore shows, as attach does, its saved
+output and the marker first (until an attach takes them); one whose
+program ended unseen, its daemon gone, shows its saved output."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from argparse import ArgumentParser, Namespace
 
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from restore import SessionLeaf
 
 NAME = "peek"
 HELP = "print a session's kept output (what attach replays) without attaching"
@@ -45,14 +50,31 @@ def run(args: Namespace) -> int:
             sys.stdout.buffer.flush()
             return 0
         found = live_or_fail(args.name, resolution)
+        notice = _notice(saved.find(found.child.name), found.instance_id, found.child.id)
     with (
         bounded("peek"),
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,
     ):
         result = client.peek(found.child.id, args.bytes)
-    sys.stdout.buffer.write(result.output)
+    output = notice + result.output
+    if args.bytes is not None and len(output) > args.bytes:
+        from multiserver import safe_start
+
+        output = output[safe_start(output, len(output) - args.bytes) :]
+    sys.stdout.buffer.write(output)
     sys.stdout.buffer.flush()
     return 0
+
+
+def _notice(leaf: SessionLeaf | None, instance_id: str, child_id: int) -> bytes:
+    """What attach shows first and peek too: the saved session's notice
+    (a relaunched session's saved scrollback and the marker), if it is
+    this child's and nobody attached since. Peek leaves it in place."""
+    if leaf is None or leaf.ref is None or not leaf.notice:
+        return b""
+    if (leaf.ref.instance_id, leaf.ref.child_id) != (instance_id, child_id):
+        return b""
+    return bytes(leaf.notice)
 
 
 def _peek_there(host_name: str, name: str, args: Namespace) -> int:

@@ -5,8 +5,8 @@ command and cwd (``restore``'s engine, other hosts' sessions included);
 then what no saved session claimed is adopted (the sweep, ``adopter``),
 and ``--open`` opens the saved layout in kitty or tmux. On trio.
 
-One restore at a time: a second one waits (bounded) for the first, then
-reports the first's outcomes as its own. Run after it, it would find
+One restore at a time: a second one waits (within its own ``--timeout``)
+for the first, then reports the first's outcomes as its own. Run after it, it would find
 every session attached and report none as relaunched; run at the same
 moment, the two would both claim and relaunch the same sessions (the
 cause of two logins both failing).
@@ -34,9 +34,10 @@ NAME = "restore"
 HELP = "bring back every saved session (run it at login)"
 EXAMPLE = "multiserver restore --timeout 5"
 
-# How long a restore waits for another one to finish, at least (and three
-# times its own --timeout): two terminals opening at login run two.
-RESTORE_WAIT = 60.0
+# A restore that waited for another one (two terminals opening at login run
+# two) and must then restore itself (the other left no report: it crashed)
+# has what is left of its --timeout, and at least this share of it.
+AFTER_WAIT_SHARE = 0.1
 RESTORE_LOCK = "restore.lock"
 LOCK_POLL = 0.05  # how often a waiting restore tries the lock
 
@@ -94,7 +95,9 @@ async def run(args: Namespace) -> int:
     report = state / _report.RESTORE_REPORT
     before = _report.identity(report)
     waited = False
-    bound = max(RESTORE_WAIT, 3 * args.timeout)
+    # --timeout is the whole restore's deadline, a wait for another included.
+    bound = args.timeout
+    started = trio.current_time()
     lock = state / RESTORE_LOCK
     with trio.move_on_after(bound) as scope:
         while True:
@@ -108,8 +111,12 @@ async def run(args: Namespace) -> int:
                 await trio.sleep(LOCK_POLL)
     if scope.cancelled_caught:
         raise CliError(
-            f"another multiserver restore is still running after {bound:g} s; not restoring"
+            f"another multiserver restore{_holder(lock)} is still running after {bound:g} s"
+            " (--timeout); it brings the sessions back (see: multiserver ls); not restoring"
         )
+    if waited:
+        left = args.timeout - (trio.current_time() - started)
+        args.timeout = max(left, AFTER_WAIT_SHARE * args.timeout)
     try:
         _say_holder(lock_fd)
         if waited and _report.identity(report) != before:

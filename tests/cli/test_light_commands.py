@@ -234,3 +234,17 @@ def test_attach_is_in_raw_mode_before_anything_heavy_is_imported(
     finally:
         for daemon in daemon_pids_for(ms_dirs.paths.socket):
             stop_daemon_sync(daemon)
+
+
+@pytest.mark.parametrize(
+    ("argv", "help_of"), [(["ls", "--bogus"], "multiserver ls"), (["--bogus"], "multiserver")]
+)
+def test_a_word_nobody_takes_points_to_the_help_of_its_command(
+    argv: list[str], help_of: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser(argv).parse_args(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"multiserver: unrecognized arguments: --bogus (see: {help_of} --help)\n"
+    )

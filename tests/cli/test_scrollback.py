@@ -205,6 +205,11 @@ async def test_without_the_service_new_starts_one_saver_and_a_reboot_keeps_what_
     await wait_until(lambda: saver_pid(ms_dirs.runtime) is not None, 30, "a saver again")
     again = saver_pid(ms_dirs.runtime)
     assert again is not None and again != saver
+    # peek shows what attach replays: the saved output, then the marker.
+    peeked = (await ms(ms_dirs, "peek", "build")).stdout.decode(errors="replace")
+    assert before_marker(peeked, line), peeked
+    tail = (await ms(ms_dirs, "peek", "--bytes", "200", "build")).stdout
+    assert 0 < len(tail) <= 200 and tail in peeked.encode()
     t = open_terminal(name="after the reboot")
     await t.wait_prompt()
     t.line("multiserver attach build")
@@ -212,6 +217,9 @@ async def test_without_the_service_new_starts_one_saver_and_a_reboot_keeps_what_
     assert screen.count(line) == 1, screen
     t.type(DETACH)
     await t.wait_screen("[detached from build]")
+    # Taken by that attach, and in the screen it handed back: once, not twice.
+    peeked = (await ms(ms_dirs, "peek", "build")).stdout.decode(errors="replace")
+    assert peeked.count(line) == 1 and peeked.count(RELAUNCH_MARKER) == 1, peeked
     # No saved session runs any more: the saver stops by itself.
     await ms(ms_dirs, "stop", "--force")
     await wait_until(lambda: is_dead(again), 30, "the saver to stop once idle")

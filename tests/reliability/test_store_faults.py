@@ -375,6 +375,26 @@ async def test_two_restores_at_once_report_the_same_outcomes(ms_dirs: MsDirs) ->
     await assert_whole(ms_dirs)
 
 
+async def test_a_restore_waits_for_another_within_its_own_timeout(ms_dirs: MsDirs) -> None:
+    """Another restore that does not finish (the lock held, here by the
+    test): the waiting one gives up at its --timeout, not a minute later,
+    in one line that says the other brings the sessions back."""
+    await make_sessions(ms_dirs)
+    lock = try_lock(ms_dirs.state / "restore.lock")
+    try:
+        with trio.fail_after(COMMAND_TIMEOUT):
+            done = await ms_run("restore", "--timeout", "1")
+    finally:
+        os.close(lock)
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 1, lines
+    assert lines[0].startswith("multiserver: waiting for another restore")
+    assert lines[1:] == [
+        "multiserver: another multiserver restore is still running after 1 s (--timeout);"
+        " it brings the sessions back (see: multiserver ls); not restoring"
+    ]
+
+
 KILL_POINTS = 30
 
 
