@@ -83,11 +83,22 @@ def open_layout(
     except TerminalError as exc:
         raise CliError(str(exc)) from exc
     if which == "tmux" and ops:
-        server = f"-S {shlex.quote(args.to)} " if args.to else ""
-        first = shlex.quote(ops[0].window) if isinstance(ops[0], OpenTab) else "..."
-        how = "switch-client" if os.environ.get("TMUX") and not args.to else "attach"
-        lines.append(f"in tmux, detached: see it with `tmux {server}{how} -t {first}`")
+        lines.append(tmux_hint(ops, args.to))
     return ops, lines
+
+
+def tmux_hint(ops: Sequence[Op], to: str | None) -> str:
+    """Where ``ops`` opened in tmux: each tmux session made (one per saved
+    window), detached, and how to see them."""
+    server = f"-S {shlex.quote(to)} " if to else ""
+    made = list(dict.fromkeys(op.window for op in ops if isinstance(op, OpenTab)))
+    how = "switch-client" if os.environ.get("TMUX") and not to else "attach"
+    names = ", ".join(shlex.quote(w) for w in made)
+    noun = "session" if len(made) == 1 else "sessions"
+    return (
+        f"in tmux, detached: tmux {noun} {names}; see one with"
+        f" `tmux {server}{how} -t {shlex.quote(made[0])}`"
+    )
 
 
 def _window_size(tabs: Sequence[object]) -> tuple[int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiserver_cli._layouts import print_plan
+from multiserver_cli._layouts import print_plan, tmux_hint
 from multiserver_cli.commands.save import attached_session
 from restore.layout._layout import open_plan
 from restore.store._model import Arrangement, SessionLeaf, Split, Tab, Window
@@ -47,3 +47,26 @@ def test_print_gives_wezterm_commands_for_each_tab_and_split() -> None:
         " -- multiserver attach b)" in lines
     )
     assert 'p3=$(wezterm cli spawn --pane-id "$p1" --cwd / -- multiserver attach c)' in lines
+
+
+def test_the_tmux_line_names_every_tmux_session_it_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions made with `new -d` are in window "main", others in theirs:
+    one tmux session each, all detached, and the line names them all."""
+    monkeypatch.delenv("TMUX", raising=False)
+    arr = Arrangement(
+        [
+            Window(
+                "main", [Tab(SessionLeaf("a", ["sh"], "/")), Tab(SessionLeaf("b", ["sh"], "/"))]
+            ),
+            Window("w 2", [Tab(SessionLeaf("c", ["sh"], "/"))]),
+        ]
+    )
+    ops = open_plan(arr, lambda leaf: ("multiserver", "attach", leaf.name))
+    assert tmux_hint(ops, "/tmp/t.sock") == (
+        "in tmux, detached: tmux sessions main, 'w 2'; see one with"
+        " `tmux -S /tmp/t.sock attach -t main`"
+    )
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    assert tmux_hint(ops[2:], None) == (
+        "in tmux, detached: tmux session 'w 2'; see one with `tmux switch-client -t 'w 2'`"
+    )
