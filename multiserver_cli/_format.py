@@ -78,11 +78,35 @@ def save_summary(total: int, live: int, changed: int, outputs: int | None = None
 
 
 def daemon_label(socket: str | os.PathLike[str]) -> str:
-    """A daemon as `--daemon N` names it: its number, else its socket's name.
-    (A string will do: `ls` asks once a session, 1,000 Paths cost 3 ms.)"""
-    name = os.path.basename(socket)
+    """A daemon as `--daemon N` names it: its number, else its socket's name;
+    one in no socket dir of this login (another runtime dir's, named by a
+    saved session) by its whole path, which no `--daemon N` names. (A
+    string will do: `ls` asks once a session, 1,000 Paths cost 3 ms.)"""
+    path = os.fspath(socket)
+    head, name = os.path.split(path)
+    if head and os.path.normpath(head) not in _socket_dirs():
+        return path
     m = SOCKET_RE.match(name)
     return m.group(1) if m else name
+
+
+def socket_text(socket: str | os.PathLike[str]) -> str:
+    """A daemon's socket for a person: its file name in a socket dir of this
+    login, else its whole path (two daemons 1 of two runtime dirs)."""
+    path = os.fspath(socket)
+    head, name = os.path.split(path)
+    return path if head and os.path.normpath(head) not in _socket_dirs() else name
+
+
+_DIRS: list[str] = []
+
+
+def _socket_dirs() -> list[str]:
+    if not _DIRS:
+        from multiserver import socket_dirs
+
+        _DIRS.extend(os.path.normpath(d) for d in socket_dirs())
+    return _DIRS
 
 
 def waiting_text(waiting: tuple[int, int] | None) -> str:

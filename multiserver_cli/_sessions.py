@@ -14,6 +14,7 @@ Blocking calls only: no trio.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -44,7 +45,7 @@ from multiserver_cli._names import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from typing import TypeVar
 
     from multiserver import ChildInfo
@@ -139,10 +140,18 @@ def _ask(sock_path: Path, foreground: bool) -> DaemonView | str | None:
     return ask_daemon(sock_path, view, children=not foreground)
 
 
-def scan(number: int | None = None, *, foreground: bool = False) -> Scan:
+def scan(number: int | None = None, *, foreground: bool = False, also: Iterable[str] = ()) -> Scan:
     """Ask every daemon (or only daemon ``number``) for its children, all at
-    once: the whole scan takes about SCAN_TIMEOUT at most."""
-    sockets = [DaemonPaths.for_number(number).socket] if number is not None else find_sockets()
+    once: the whole scan takes about SCAN_TIMEOUT at most. ``also``: more
+    sockets to ask, where a file is (saved sessions' daemons elsewhere)."""
+    if number is not None:
+        sockets = [DaemonPaths.for_number(number).socket]
+    else:
+        sockets = find_sockets()
+        known = {os.path.normpath(p) for p in sockets}
+        for extra in dict.fromkeys(os.path.normpath(a) for a in also):
+            if extra not in known and os.path.exists(extra):
+                sockets.append(Path(extra))
     answers = at_once(sockets, lambda sock: _ask(sock, foreground))
     daemons = [a for a in answers if isinstance(a, DaemonView)]
     silent = frozenset(str(s) for s, a in zip(sockets, answers, strict=True) if isinstance(a, str))
@@ -151,9 +160,14 @@ def scan(number: int | None = None, *, foreground: bool = False) -> Scan:
 
 def survey(saved: Saved, number: int | None = None) -> Survey:
     """What names are decided on: every daemon's children (or daemon
-    ``number``'s only) and the saved sessions."""
-    result = scan(number)
-    return Survey(result.daemons, result.silent, saved.leaves(), result.problems)
+    ``number``'s only) and the saved sessions. The daemons saved sessions
+    live on are asked wherever they are: a state dir shared by two logins
+    whose runtime dirs differ (one with ``$XDG_RUNTIME_DIR``, an ssh login
+    without) names daemons of the other's."""
+    leaves = saved.leaves()
+    refs = (leaf.ref.socket for leaf in leaves if leaf.ref is not None and leaf.host is None)
+    result = scan(number, also=refs)
+    return Survey(result.daemons, result.silent, leaves, result.problems)
 
 
 @record

@@ -304,6 +304,8 @@ def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
     monkeypatch.setenv("MULTISERVER_STATE_DIR", str(state))
     monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "never")
     monkeypatch.setenv("MULTISERVER_SAVER", "off")
+    # hosts.json: never the user's (a test that saves a host writes here).
+    monkeypatch.setenv("MULTISERVER_CONFIG_DIR", str(root / "config"))
     monkeypatch.delenv("MULTISERVER_BUFFER_LIMIT", raising=False)
     monkeypatch.delenv("MULTISERVER_DAEMON", raising=False)
     # The short-path fallback dir ($TMPDIR/ms-UID) is swept too: keep it

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from multiserver_cli import _state
-from multiserver_cli._format import print_json, table
+from multiserver_cli._format import print_json, socket_text, table
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def show(out: dict[str, Any], as_json: bool) -> int:
         [
             str(r["name"]),
             str(r["outcome"]),
-            Path(str(r["daemon"])).name or "-",
+            socket_text(str(r["daemon"])) if r["daemon"] else "-",
             str(r["detail"]),
             f"{r['seconds']:.3f}s",
         ]
@@ -134,4 +134,4 @@ def _daemon_label(socket: str) -> str:
     host, sep, path = socket.partition(":")
     if sep and not socket.startswith("/"):
         return f"{host}:{Path(path).name}"
-    return Path(socket).name
+    return socket_text(socket)

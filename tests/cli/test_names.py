@@ -4,14 +4,24 @@ Real daemons, the real command (``_names`` decides; these drive it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from multiserver import DaemonPaths, open_client
 from restore import ArrangementStore, RestorationRef, SessionLeaf
 from tests.cli.conftest import listed, ms, ms_many, wait_session
-from tests.conftest import MsDirs, is_alive, is_dead, wait_until
+from tests.conftest import (
+    MsDirs,
+    daemon_pids_for,
+    is_alive,
+    is_dead,
+    stop_daemon_sync,
+    wait_until,
+)
 
 
 def err(result: subprocess.CompletedProcess[bytes]) -> str:
@@ -152,3 +162,34 @@ async def test_new_A_starts_a_saved_session_again_under_its_name(ms_dirs: MsDirs
     # Now it runs: -A -d on it again needs a terminal to attach.
     again = await ms(ms_dirs, "new", "-A", "-d", "-n", "main", check=False)
     assert "attach needs a terminal" in err(again)
+
+
+async def test_a_shared_state_dir_with_another_runtime_dir_sees_its_daemons(
+    ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two logins sharing the state dir, not the runtime dir (one with
+    $XDG_RUNTIME_DIR, an ssh login without): each lists the other's saved
+    sessions as running, their daemon by its whole path (both are daemon
+    1), never as "not running"; restore goes back to them."""
+    await new(ms_dirs, "new", "-d", "-n", "here")
+    other = ms_dirs.root / "run2"
+    other.mkdir(mode=0o700)
+    monkeypatch.setenv("MULTISERVER_RUNTIME_DIR", str(other))
+    try:
+        rows = {r["name"]: r for r in json.loads((await ms(ms_dirs, "ls", "--json")).stdout)}
+        assert rows["here"]["state"] == "running"
+        await new(ms_dirs, "new", "-d", "-n", "there")
+        table = (await ms(ms_dirs, "ls")).stdout.decode().splitlines()
+        [here] = [line for line in table if line.startswith("here ")]
+        assert f" {ms_dirs.paths.socket} " in here and "running" in here
+        [there] = [line for line in table if line.startswith("there ")]
+        assert there.split()[1] == "1"
+        report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+        outcomes = {s["name"]: (s["outcome"], s["daemon"]) for s in report["sessions"]}
+        assert outcomes == {
+            "here": ("attached", str(ms_dirs.paths.socket)),
+            "there": ("attached", str(other / ms_dirs.paths.socket.name)),
+        }
+    finally:
+        for pid in daemon_pids_for(other / ms_dirs.paths.socket.name):
+            stop_daemon_sync(pid)
