@@ -121,7 +121,7 @@ def print_plan(ops: Sequence[Op]) -> str:
                 first = var
             else:
                 where = f'--pane-id "${first}"'
-            lines.append(f"# {op.window} / {op.title}")
+            lines.append(f"# {_one_line(op.window)} / {_one_line(op.title)}")
             lines.append(f"{var}=$(wezterm cli spawn {where} --cwd {cwd} -- {cmd})")
             lines.append(f'wezterm cli set-tab-title --pane-id "${var}" {shlex.quote(op.title)}')
         else:
@@ -132,3 +132,15 @@ def print_plan(ops: Sequence[Op]) -> str:
                 f" --percent {op.percent} --cwd {cwd} -- {cmd})"
             )
     return "\n".join(lines)
+
+
+def _one_line(name: str) -> str:
+    """A name in a comment of the script: shown escaped (``caf\\xe9``), and
+    a control character as its escape (``\\n``), so that nothing in a name
+    ends the comment and runs as a line of its own."""
+    from multiserver import escaped
+
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+        for ch in escaped(name)
+    )

@@ -123,5 +123,6 @@ EXPORTS = {
     ),
     "restore.layout._terminals": ("ReadPane", "ReadTab", "TerminalError"),
     "restore.layout._tmux": ("Tmux",),
+    "restore.layout._window_names": ("window_name_for", "window_name_problem"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS, globals())

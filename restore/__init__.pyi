@@ -65,6 +65,10 @@ from restore.layout._terminals import (
 from restore.layout._tmux import (
     Tmux as Tmux,
 )
+from restore.layout._window_names import (
+    window_name_for as window_name_for,
+    window_name_problem as window_name_problem,
+)
 from restore.remote._answers import (
     RemoteSession as RemoteSession,
     failed_answer as failed_answer,

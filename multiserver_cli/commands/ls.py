@@ -92,9 +92,14 @@ def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
     narrows ls to a local daemon)."""
     if args.daemon_given:
         return [], []
-    from restore import load_hosts
+    from restore import HostsFileError, load_hosts
 
-    hosts = load_hosts()
+    try:
+        hosts = load_hosts()
+    except HostsFileError as exc:
+        # Said as a host that could not be listed is: the local sessions
+        # are listed all the same.
+        return [], [str(exc)]
     if not hosts:
         return [], []
     from multiserver_cli._remote import list_hosts

@@ -74,6 +74,11 @@ def run(args: Namespace) -> int:
         args.command = args.command[1:]
     if args.linger is not None and args.linger < 0:
         raise UsageError("--linger must be >= 0")
+    from restore import window_name_problem
+
+    problem = window_name_problem(args.window)
+    if problem is not None:
+        raise UsageError(f"bad --window {args.window!r}: {problem}")
     if args.host is not None:
         return _new_there(args.host, args)
     from multiserver_cli import _state

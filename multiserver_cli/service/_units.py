@@ -49,11 +49,14 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from multiserver import escaped
+from multiserver_cli._errors import CliError
 
 DAEMON_UNIT = "multiserver.service"
 RESTORE_UNIT = "multiserver-restore.service"
@@ -132,17 +135,62 @@ def login_shell(shell: str | None) -> str:
 # --- systemd ---------------------------------------------------------------------------
 
 
+class UnwritableUnit(CliError):
+    """A word that no systemd unit can carry as it is (one line)."""
+
+
+# systemd.syntax(7), "Quoting": in double quotes a C escape (\\n, \\", \\\\,
+# \\xNN) is undone, so no byte of a value ever ends its line or its quotes.
+_C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def systemd_word(word: str, *, expands: bool = True) -> str:
     """One word of a unit's setting: as is when plain, else in double
-    quotes with ``\\`` and ``"`` escaped; ``%`` (specifiers) doubled, and
-    ``$`` too where the setting ``expands`` variables (``ExecStart=``
-    does, ``Environment=`` does not)."""
+    quotes with C escapes for ``\\``, ``"`` and every control character;
+    ``%`` (specifiers) doubled, and ``$`` too where the setting ``expands``
+    variables (a command line's arguments do; ``Environment=`` and the
+    executable do not). UnwritableUnit for what systemd cannot be given:
+    a NUL, or bytes that are not UTF-8."""
+    # escaped() changes exactly the strings whose bytes are not UTF-8.
+    if "\0" in word or escaped(word) != word:
+        raise UnwritableUnit(
+            f"cannot write {escaped(word)!r} in a systemd unit: it holds a NUL or bytes that"
+            " are not UTF-8"
+        )
     if _SAFE_WORD.match(word):
         return word
-    escaped = word.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"')
-    if expands:
-        escaped = escaped.replace("$", "$$")
-    return f'"{escaped}"'
+    out = []
+    for ch in word:
+        if ch in _C_ESCAPES:
+            out.append(_C_ESCAPES[ch])
+        elif ch < " " or ch == "\x7f":
+            out.append(f"\\x{ord(ch):02x}")
+        elif ch == "%":
+            out.append("%%")
+        elif ch == "$" and expands:
+            out.append("$$")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def systemd_command(argv: Sequence[str]) -> str:
+    """A command line (``ExecStart=``), per systemd.service(5): systemd
+    refuses an executable whose path holds a quote, a backslash or a
+    control character (UnwritableUnit, saying so), and never expands
+    ``$`` in it (``$$`` would stay two), while it does in argv[0]: an
+    executable with a ``$`` is given apart from its argv[0] (``@``)."""
+    exe, *rest = argv
+    if any(ch in "\"'\\" or ch < " " or ch == "\x7f" for ch in exe):
+        raise UnwritableUnit(
+            f"cannot write a systemd unit that runs {escaped(exe)!r}: systemd refuses an"
+            " executable whose path holds a quote, a backslash or a control character"
+            " (install multiserver where its path has none)"
+        )
+    words = [systemd_word(w) for w in rest]
+    if "$" in exe:
+        return " ".join(["@" + systemd_word(exe, expands=False), systemd_word(exe), *words])
+    return " ".join([systemd_word(exe), *words])
 
 
 def _environment_lines(env: Mapping[str, str]) -> list[str]:
@@ -162,7 +210,7 @@ def systemd_daemon_unit(spec: ServiceSpec) -> str:
         # Ready once it listens (or waits for a daemon started on demand).
         "Type=notify",
         "NotifyAccess=main",
-        "ExecStart=" + " ".join(map(systemd_word, spec.daemon_argv())),
+        "ExecStart=" + systemd_command(spec.daemon_argv()),
         "WorkingDirectory=/",
         *_environment_lines(spec.environment()),
         # The sessions are the daemon's children, in this unit's cgroup:
@@ -187,7 +235,7 @@ def systemd_restore_unit(spec: ServiceSpec) -> str:
         "",
         "[Service]",
         "Type=oneshot",
-        "ExecStart=" + " ".join(map(systemd_word, spec.restore_argv())),
+        "ExecStart=" + systemd_command(spec.restore_argv()),
         # A login shell reads the profile where a login would: at home.
         "WorkingDirectory=~",
         *_environment_lines(spec.environment()),
@@ -209,7 +257,7 @@ def systemd_save_unit(spec: ServiceSpec) -> str:
         "",
         "[Service]",
         "Type=simple",
-        "ExecStart=" + " ".join(map(systemd_word, spec.save_argv())),
+        "ExecStart=" + systemd_command(spec.save_argv()),
         "WorkingDirectory=/",
         *_environment_lines(spec.environment()),
         f"TimeoutStopSec={SAVE_STOP_LIMIT}",

@@ -17,6 +17,7 @@ from restore.layout._kitty import Kitty
 from restore.layout._layout import SeenTab, merge_layout
 from restore.layout._terminals import ReadPane, ReadTab
 from restore.layout._tmux import Tmux
+from restore.layout._window_names import window_name_for
 from restore.store._model import Arrangement, SessionLeaf
 from restore.store._store import ArrangementStore
 
@@ -84,7 +85,10 @@ def seen_tabs(
             else:
                 skipped.append(f"{where}: runs {what}, not a multiserver session")
         sizes = {p.pane: (p.cols, p.rows) for p in tab.panes.values()}
-        seen.append(SeenTab(tab.window, tab.title, tab.layout, sessions, sizes, adopted))
+        # A window is saved under a name the terminal will give back
+        # (tmux escapes a `\` or `$` in a session's name, kitty takes any).
+        window = window_name_for(tab.window)
+        seen.append(SeenTab(window, tab.title, tab.layout, sessions, sizes, adopted))
     return seen, skipped
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,14 +63,30 @@ class Kitty:
         family, where = _socket_address(self.address, what)
         message = {"cmd": cmd, "version": _PROTOCOL_VERSION, "payload": payload}
         data = _DCS + json.dumps(message).encode() + _ST
+        # One bound for the whole call: a socket's timeout is per
+        # operation, and a peer that drips a byte now and then would
+        # otherwise hold every recv just short of it, for ever.
+        deadline = time.monotonic() + COMMAND_TIMEOUT
+
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            return remaining
+
         try:
             with socket.socket(family, socket.SOCK_STREAM) as sock:
-                sock.settimeout(COMMAND_TIMEOUT)
+                sock.settimeout(left())
                 sock.connect(where)
+                sock.settimeout(left())
                 sock.sendall(data)
                 sock.shutdown(socket.SHUT_WR)
                 answer = bytearray()
-                while chunk := sock.recv(1 << 16):
+                while True:
+                    sock.settimeout(left())
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        break
                     answer += chunk
                     if len(answer) > _MAX_ANSWER:
                         raise TerminalError(f"{what}: kitty's answer is too large")

@@ -29,14 +29,14 @@ class TerminalError(Exception):
 
 
 def run_control(argv: Sequence[str], what: str, *, timeout: float = COMMAND_TIMEOUT) -> str:
-    """Run ``argv`` (a terminal's control command) and return its output;
-    TerminalError, saying ``what`` was being done, if it cannot be run,
-    fails or takes longer than ``timeout`` seconds."""
+    """Run ``argv`` (a terminal's control command) and return its output,
+    decoded as the OS's strings are (``os.fsdecode``: a cwd that is not
+    UTF-8 keeps its bytes); TerminalError, saying ``what`` was being done,
+    if it cannot be run, fails or takes longer than ``timeout`` seconds."""
     try:
         done = subprocess.run(
             list(argv),
             capture_output=True,
-            text=True,
             timeout=timeout,
             check=False,
             stdin=subprocess.DEVNULL,
@@ -48,9 +48,9 @@ def run_control(argv: Sequence[str], what: str, *, timeout: float = COMMAND_TIME
     except OSError as exc:
         raise TerminalError(f"{what}: cannot run {argv[0]}: {exc.strerror}") from exc
     if done.returncode != 0:
-        said = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        said = " ".join(os.fsdecode(done.stderr).split()) or f"exit status {done.returncode}"
         raise TerminalError(f"{what}: {said}")
-    return done.stdout
+    return os.fsdecode(done.stdout)
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ private server), one command at a time under ``COMMAND_TIMEOUT``.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 
@@ -24,7 +25,43 @@ from restore.layout._terminals import (
     run_control,
 )
 
-_SEP = "\x1f"  # between fields of a format: a byte no name holds
+
+def counted_format(*fields: str) -> str:
+    """A tmux format giving each of ``fields`` counted: its length in
+    bytes, ``:``, then its bytes (``#{n:F}:#{F}``); one record a line."""
+    return "".join(f"#{{n:{f}}}:#{{{f}}}" for f in fields)
+
+
+def counted_records(out: str, width: int) -> list[tuple[str, ...]]:
+    """The records of a ``counted_format`` of ``width`` fields, read by
+    their counts: a name or a path that holds a newline, or any byte at
+    all, is that field's (a line-and-separator split would cut it, or
+    drop the window without a word). ``out`` is ``run``'s (its bytes are
+    ``os.fsencode(out)``). ValueError if it is not such records."""
+    data = os.fsencode(out)
+    records: list[tuple[str, ...]] = []
+    at = 0
+    while at < len(data):
+        fields: list[str] = []
+        for _ in range(width):
+            colon = data.find(b":", at)
+            count = data[at:colon]
+            if colon < 0 or not count.isdigit() or colon + 1 + int(count) > len(data):
+                raise ValueError(f"not a counted field at byte {at}: {data[at : at + 40]!r}")
+            end = colon + 1 + int(count)
+            fields.append(os.fsdecode(data[colon + 1 : end]))
+            at = end
+        if data[at : at + 1] != b"\n":
+            raise ValueError(f"not the end of a record at byte {at}: {data[at : at + 40]!r}")
+        at += 1
+        records.append(tuple(fields))
+    return records
+
+
+def tmux_literal(text: str) -> str:
+    """``text`` as tmux takes it literally where it expands formats (a
+    session's or a window's name: ``#(cmd)`` there runs cmd)."""
+    return text.replace("#", "##")
 
 
 @attrs.frozen
@@ -37,45 +74,41 @@ class Tmux:
     def run(self, *args: str, what: str) -> str:
         return run_control([*self.argv, *args], what)
 
+    def _records(self, command: str, fields: tuple[str, ...], what: str) -> list[tuple[str, ...]]:
+        out = self.run(command, "-a", "-F", counted_format(*fields), what=what)
+        try:
+            return counted_records(out, len(fields))
+        except ValueError as exc:
+            raise TerminalError(f"{what}: {exc}") from exc
+
     def read(self) -> list[ReadTab]:
         """Every window of every session: its name, layout and panes."""
-        fmt = _SEP.join(["#{session_name}", "#{window_id}", "#{window_name}", "#{window_layout}"])
-        windows = self.run("list-windows", "-a", "-F", fmt, what="reading tmux's windows")
-        pfmt = _SEP.join(
-            [
-                "#{window_id}",
-                "#{pane_id}",
-                "#{pane_pid}",
-                "#{pane_width}",
-                "#{pane_height}",
-                "#{pane_current_path}",
-            ]
+        windows = self._records(
+            "list-windows",
+            ("session_name", "window_id", "window_name", "window_layout"),
+            "reading tmux's windows",
         )
-        panes = self.run("list-panes", "-a", "-F", pfmt, what="reading tmux's panes")
+        panes = self._records(
+            "list-panes",
+            ("window_id", "pane_id", "pane_pid", "pane_width", "pane_height", "pane_current_path"),
+            "reading tmux's panes",
+        )
         tree = process_tree()
         by_window: dict[str, dict[int, ReadPane]] = {}
-        for line in panes.splitlines():
-            fields = line.split(_SEP)
-            if len(fields) != 6:
-                continue
-            window, pane_id, pid, width, height, cwd = fields
+        for window, pane_id, pid, width, height, cwd in panes:
             if not all(f.isdigit() for f in (pane_id.lstrip("%"), pid, width, height)):
-                raise TerminalError(f"reading tmux's panes: not a pane: {line[:80]!r}")
+                raise TerminalError(f"reading tmux's panes: not a pane: {pane_id!r} {pid!r}")
             pane = int(pane_id.lstrip("%"))
             argvs = process_argvs(descendants(int(pid), tree))
             by_window.setdefault(window, {})[pane] = ReadPane(
                 pane, int(width), int(height), cwd, argvs
             )
         tabs: list[ReadTab] = []
-        for line in windows.splitlines():
-            fields = line.split(_SEP)
-            if len(fields) != 4:
-                continue
-            session, window, name, layout = fields
+        for session, window, name, layout in windows:
             try:
                 layout_tree = parse_tmux_layout(layout)
             except LayoutError as exc:
-                raise TerminalError(f"reading tmux's window {session}:{name}: {exc}") from exc
+                raise TerminalError(f"reading tmux's window {session}:{name!r}: {exc}") from exc
             tabs.append(ReadTab(session, name, layout_tree, by_window.get(window, {})))
         return tabs
 
@@ -109,7 +142,7 @@ class Tmux:
             shell = shlex.join(op.command.argv)
             what = f"opening {op.command.session} in tmux"
             if isinstance(op, OpenTab):
-                title = op.title
+                title = tmux_literal(op.title)
                 if op.window in existing:
                     out = self.run(
                         "new-window", *fmt, "-d", "-t", f"={op.window}:", "-n", title,
@@ -121,7 +154,7 @@ class Tmux:
                         cols, rows = sizes[op.window]
                         size = ["-x", str(cols), "-y", str(rows)]
                     out = self.run(
-                        "new-session", *fmt, "-d", "-s", op.window, "-n", title, *size,
+                        "new-session", *fmt, "-d", "-s", tmux_literal(op.window), "-n", title, *size,
                         "-c", op.command.cwd, *envs, shell, what=what,
                     )  # fmt: skip
                     existing.add(op.window)

@@ -63,17 +63,27 @@ def listed_child(raw: dict[str, object], name: str) -> ChildInfo:
 
 def parse_listing(host: str, answer: object) -> list[RemoteSession]:
     """A host's ``ls --json`` answer, for ``ls`` here; ValueError if it is
-    not one."""
+    not one (whatever is wrong with it: ``ls`` says it in the host's one
+    line and lists the other hosts)."""
     if not isinstance(answer, list):
         raise ValueError("its ls --json is not a list")
     out = []
     for raw in answer:
         if not isinstance(raw, dict):
             raise ValueError("its ls --json holds something that is not a session")
-        child = listed_child(raw, f"{host}:{raw['name']}")
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise ValueError(f"its ls --json holds a session with no name: {str(raw)[:60]!r}")
+        child = listed_child(raw, f"{host}:{name}")
         waiting = None
         if not child.held:
-            waiting = (int(raw.get("waiting_bytes", 0)), int(raw.get("waiting_dropped_bytes", 0)))
+            try:
+                waiting = (
+                    int(raw.get("waiting_bytes", 0)),
+                    int(raw.get("waiting_dropped_bytes", 0)),
+                )
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"not a session: {exc}") from exc
         out.append(RemoteSession(host, child, waiting, raw))
     return out
 

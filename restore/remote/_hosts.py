@@ -32,6 +32,7 @@ GRACE_MIN, GRACE_MAX = 60.0, 3600.0
 # How long a command waits for a host, connecting included (Orca's
 # per-target bound).
 TIMEOUT_DEFAULT = 15.0
+TIMEOUT_MAX = 600.0
 FILE_NAME = "hosts.json"
 _FORMAT = 1
 
@@ -84,7 +85,7 @@ def parse_grace(text: str) -> float | None:
         value = float(text)
     except ValueError:
         raise HostSettingError(f"bad --grace {text!r}: seconds (60-3600) or 'none'") from None
-    if not GRACE_MIN <= value <= GRACE_MAX:
+    if not grace_ok(value):
         raise HostSettingError(f"--grace must be 60-3600 seconds or 'none', got {text}")
     return value
 
@@ -95,9 +96,64 @@ def parse_timeout(text: str) -> float:
         value = float(text)
     except ValueError:
         raise HostSettingError(f"bad --timeout {text!r}: seconds") from None
-    if not 0 < value <= 600:
+    if not timeout_ok(value):
         raise HostSettingError(f"--timeout must be more than 0 and at most 600 s, got {text}")
     return value
+
+
+def grace_ok(value: float) -> bool:
+    # Written so that nan, which compares false, is refused too.
+    return GRACE_MIN <= value <= GRACE_MAX
+
+
+def timeout_ok(value: float) -> bool:
+    return 0 < value <= TIMEOUT_MAX
+
+
+def host_from_entry(entry: object) -> Host:
+    """One entry of the hosts file as a Host; HostSettingError naming the
+    host and the field when it is not one. A file is written by
+    ``save_hosts`` with exactly these types, so anything else (a string
+    for an entry, a grace of -5, nan or 1e308, "yes" for a flag) was
+    written by hand or damaged: refused here, at load, rather than failing
+    later on the host."""
+    if not isinstance(entry, dict):
+        raise HostSettingError(f"an entry is not a host: {str(entry)[:40]!r}")
+    name = entry.get("name")
+    if not isinstance(name, str):
+        raise HostSettingError(f"an entry has no name: {str(entry)[:60]!r}")
+    check_host_name(name)
+
+    def bad(field: str, rule: str) -> HostSettingError:
+        return HostSettingError(f"host {name}: {field} {entry.get(field)!r} is not {rule}")
+
+    dest = entry.get("dest")
+    if not isinstance(dest, str):
+        raise bad("dest", "an ssh destination")
+    command = entry.get("command", "multiserver")
+    if not isinstance(command, str):
+        raise bad("command", "a command")
+    grace = entry.get("grace", GRACE_DEFAULT)
+    if grace is not None and not (_is_number(grace) and grace_ok(grace)):
+        raise bad("grace", "60-3600 seconds or null")
+    flag = entry.get("needs_credential", False)
+    if not isinstance(flag, bool):
+        raise bad("needs_credential", "true or false")
+    timeout = entry.get("timeout", TIMEOUT_DEFAULT)
+    if not (_is_number(timeout) and timeout_ok(timeout)):
+        raise bad("timeout", "more than 0 and at most 600 seconds")
+    return Host(
+        name,
+        check_dest(dest),
+        check_command(command),
+        None if grace is None else float(grace),
+        flag,
+        float(timeout),
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def config_dir() -> Path:
@@ -123,22 +179,18 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
         return {}
     except (OSError, ValueError) as exc:
         raise HostsFileError(f"cannot read the hosts file {path}: {exc}") from exc
+    entries = raw.get("hosts") if isinstance(raw, dict) else None
+    if not isinstance(entries, list):
+        raise HostsFileError(f"the hosts file {path} is damaged (no list of hosts); fix or move it")
     hosts: dict[str, Host] = {}
-    try:
-        entries = raw["hosts"]
-        for entry in entries:
-            grace = entry.get("grace", GRACE_DEFAULT)
-            host = Host(
-                check_host_name(str(entry["name"])),
-                check_dest(str(entry["dest"])),
-                check_command(str(entry.get("command", "multiserver"))),
-                None if grace is None else float(grace),
-                bool(entry.get("needs_credential", False)),
-                parse_timeout(str(entry.get("timeout", TIMEOUT_DEFAULT))),
-            )
-            hosts[host.name] = host
-    except (KeyError, TypeError, ValueError, HostSettingError) as exc:
-        raise HostsFileError(f"the hosts file {path} is damaged ({exc}); fix or move it") from exc
+    for entry in entries:
+        try:
+            host = host_from_entry(entry)
+        except HostSettingError as exc:
+            raise HostsFileError(
+                f"the hosts file {path} is damaged ({exc}); fix or move it"
+            ) from exc
+        hosts[host.name] = host
     return hosts
 
 

@@ -178,14 +178,17 @@ async def carry_out(
     return Carried(new, d.outcome, _saved(store, new, d.detail))
 
 
-def remember_credential(name: str) -> None:
-    """Host ``name`` needs a credential: remembered, so that the next
+def remember_credential(asked: Host) -> None:
+    """Host ``asked`` needs a credential: remembered, so that the next
     login defers it at once (a hosts file that cannot be written costs
-    only that)."""
+    only that). The flag belongs to the destination that asked for one:
+    a host given a new destination meanwhile (``host add --replace``)
+    is left as it is now, else every later login would defer it."""
     with contextlib.suppress(HostsFileError):
         hosts = load_hosts()
-        if name in hosts and not hosts[name].needs_credential:
-            hosts[name] = replaced(hosts[name], needs_credential=True)
+        now = hosts.get(asked.name)
+        if now is not None and now.dest == asked.dest and not now.needs_credential:
+            hosts[asked.name] = replaced(now, needs_credential=True)
             save_hosts(hosts)
 
 
@@ -261,7 +264,7 @@ async def _ask(
     with trio.move_on_at(deadline.end):
         answer = await ask_host_async(q.host)
         if answer.kind == "credential" and not q.host.needs_credential:
-            remember_credential(q.host.name)
+            remember_credential(q.host)
         q.answer, q.elapsed = answer, trio.current_time() - deadline.start
         if q.late:
             on_late(HostAttachment(q.host, answer, q.elapsed, options, deadline.end))

@@ -37,8 +37,6 @@ CONTROL_PERSIST = 600
 SSH_FAILED = 255
 # A remote shell's status for a command it cannot find.
 NOT_FOUND = 127
-# How long a remote command may take (connecting included).
-REMOTE_TIMEOUT = 15.0
 # What ssh says when it is a credential that is missing (its own words:
 # the one place they are read, to give the failure its kind).
 AUTH_WORDS = ("permission denied", "passphrase", "password", "authentication")
@@ -127,12 +125,15 @@ def run_remote(
     remote: Sequence[str],
     *,
     batch: bool = True,
-    timeout: float = REMOTE_TIMEOUT,
+    timeout: float | None = None,
     input: bytes | None = None,
 ) -> Ran:
     """Run ``host``'s multiserver with ``remote``, blocking; its output.
     HostFailure if ssh cannot run it (``checked``) or it takes longer than
-    ``timeout`` (``silent``)."""
+    ``timeout`` (``silent``; by default the host's own, ``host add
+    --timeout``: there is no other bound to fall back on)."""
+    if timeout is None:
+        timeout = host.timeout
     argv = ssh_argv(host, remote, batch=batch)
     try:
         done = subprocess.run(
