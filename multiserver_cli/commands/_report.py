@@ -86,8 +86,9 @@ def read_report(path: Path) -> dict[str, object] | None:
 # --- for a person ------------------------------------------------------------------------
 
 
-def show(out: dict[str, Any], as_json: bool) -> int:
-    """Print a restore's outcomes; its exit status."""
+def show(out: dict[str, Any], as_json: bool, script: bool = False) -> int:
+    """Print a restore's outcomes; its exit status. ``script``: stdout is a
+    script's (``--open print``), so the table goes to stderr."""
     status = 0 if out.get("ok") and out.get("saved", True) and out.get("opened_ok", True) else 1
     if not as_json:
         for line in out.get("opened", []):
@@ -122,7 +123,10 @@ def show(out: dict[str, Any], as_json: bool) -> int:
         for r in out["sweep"]
     ]
     if table_rows:
-        print(table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows))
+        print(
+            table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows),
+            file=sys.stderr if script else sys.stdout,
+        )
     else:
         print("nothing to restore", file=sys.stderr)
     return status

@@ -123,7 +123,7 @@ async def run(args: Namespace) -> int:
             out = _report.read_report(report)
             if out is not None:
                 _state.warn("another restore ran meanwhile; these are its outcomes")
-                return _report.show(await _opened(out, args), args.json)
+                return _report.show(await _opened(out, args), args.json, args.open == "print")
         out = await _restore(args)
         if out is None:
             return 1
@@ -132,7 +132,7 @@ async def run(args: Namespace) -> int:
 
             ensure_saver()  # what the sessions show from now on is kept
         _report.write_report(report, out)
-        return _report.show(await _opened(out, args), args.json)
+        return _report.show(await _opened(out, args), args.json, args.open == "print")
     finally:
         os.close(lock_fd)
 

@@ -140,8 +140,10 @@ def arranged(window: str, title: str) -> None:
 def test_the_printed_plan_runs_no_line_from_a_name(ms_dirs: MsDirs) -> None:
     arranged("w\ntouch made-by-window", "t\ntouch made-by-title")
     done = run_ms(ms_dirs, "restore", "--open", "print")
-    # The script, before the restore's report (printed after it).
-    script = done.stdout.decode().split("\nNAME ")[0]
+    # stdout is the script alone (`restore --open print | sh`): the
+    # restore's report goes to stderr.
+    script = done.stdout.decode()
+    assert "NAME " not in script and "OUTCOME" in done.stderr.decode()
     assert "# w\\ntouch made-by-window / t\\ntouch made-by-title" in script, script
     # Run it, with a wezterm that only answers a pane id.
     bin_dir = ms_dirs.root / "bin"
