@@ -34,7 +34,6 @@ from adopter._policy import (
     classify as classify,
     host_orphan as host_orphan,
     late_notice as late_notice,
-    orphan_name as orphan_name,
     orphans as orphans,
     referenced as referenced,
 )

@@ -25,7 +25,6 @@ from adopter._policy import (
     command_line,
     host_orphan,
     late_notice,
-    orphan_name,
     referenced,
 )
 from multiserver import ChildInfo
@@ -71,11 +70,11 @@ def orphan_leaf(
     namesake = arrangement.find(child.name)
     if relaunch_of(child, socket, instance_id, namesake):
         return None
-    taken = [leaf.name for leaf in arrangement.leaves()]
     if namesake is not None:  # the late original of a session started again
+        taken = [leaf.name for leaf in arrangement.leaves()]
         name, notice = late_name(child.name, taken), late_notice(child.name)
-    else:
-        name, notice = orphan_name(child.argv, taken), ORPHAN_NOTICE
+    else:  # its own name: the one the person gave it (a store lost, say)
+        name, notice = child.name, ORPHAN_NOTICE
     return SessionLeaf(
         name=name,
         argv=list(child.argv),

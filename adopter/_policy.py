@@ -15,7 +15,6 @@ whose child no leaf references and whose name is no saved session's there.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping, Set as AbstractSet
 from typing import Literal
@@ -140,14 +139,3 @@ def command_line(argv: list[str]) -> str:
     """``argv`` for a person (a title, a report's detail): bytes that are
     not UTF-8 escaped (``caf\\xe9``), so any report can print it."""
     return " ".join(map(escaped, argv))
-
-
-def orphan_name(argv: list[str], taken: Iterable[str]) -> str:
-    """``orphan-<command>-N`` with the smallest N not taken."""
-    base = os.path.basename(argv[0]) if argv else "process"
-    base = _UNSAFE.sub("_", base).strip("._-")[:40] or "process"
-    used = set(taken)
-    n = 1
-    while f"orphan-{base}-{n}" in used:
-        n += 1
-    return f"orphan-{base}-{n}"

@@ -10,7 +10,7 @@ commands act on the answers. No trio, no socket, no store.
   *shown* name: the name of the saved session that refers to it, else its
   daemon's name for it. That is the name ``ls`` lists and ``attach`` takes.
 - Its daemon's name for it is taken too, where the two differ (an adopted
-  orphan ``orphan-sh-1`` that its daemon calls ``build``): the daemon refuses
+  late original ``build-late`` that its daemon calls ``build``): the daemon refuses
   a second ``build`` on its side, and a second one elsewhere would be
   listed beside a session that its daemon already calls so.
 - A saved session owns its name even with no live child (its daemon is not
@@ -25,8 +25,8 @@ commands act on the answers. No trio, no socket, no store.
   session is what keeps its name.
 
 **Names.** ``NAME_RE``, not empty, and not ``orphan-…`` for a new session:
-the adopter names adopted orphans ``orphan-CMD-N`` (``multiserver orphans
---adopt``), and a session of the user's must not pass for one. A default
+older versions of the adopter named adopted orphans ``orphan-CMD-N``, and a
+session of the user's must not pass for one. A default
 name is the smallest positive number no session owns (``default_name``).
 
 **Races.** Nothing here holds a lock: two ``new`` at once may pick the same

@@ -16,8 +16,8 @@ from adopter import (
     MemorySink,
     StoreSink,
     classify,
+    late_notice,
     orphan_leaf,
-    orphan_name,
     orphans,
     referenced,
 )
@@ -157,65 +157,40 @@ def test_a_leaf_without_a_ref_references_nothing() -> None:
     assert orphans([child(1)], SOCK, INSTANCE, referenced(arr)) == [child(1)]
 
 
-# --- orphan_name -------------------------------------------------------------------
+# --- the adopted name ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("argv", "name"),
-    [
-        (["vim", "notes"], "orphan-vim-1"),
-        (["/usr/bin/python3.11", "-m", "x"], "orphan-python3.11-1"),
-        (["my prog!", "x"], "orphan-my_prog-1"),
-        (["-bash"], "orphan-bash-1"),  # a login shell's argv[0]
-        ([".hidden"], "orphan-hidden-1"),
-        (["ünïcode"], "orphan-n_code-1"),
-        (["$$$"], "orphan-process-1"),
-        ([""], "orphan-process-1"),
-        (["/usr/bin/"], "orphan-process-1"),
-        ([], "orphan-process-1"),
-        (["x" * 100], "orphan-" + "x" * 40 + "-1"),
-    ],
-)
-def test_orphan_name_is_the_sanitized_command(argv: list[str], name: str) -> None:
-    assert orphan_name(argv, []) == name
-    check_session_name(name)
-
-
-def test_orphan_name_takes_the_smallest_free_number() -> None:
-    assert orphan_name(["vim"], ["orphan-vim-1"]) == "orphan-vim-2"
-    assert orphan_name(["vim"], ["orphan-vim-1", "orphan-vim-3"]) == "orphan-vim-2"
-    assert orphan_name(["vim"], ["orphan-vim-2", "orphan-sh-1", "vim"]) == "orphan-vim-1"
-    # ``taken`` may be any iterable, read once.
-    assert orphan_name(["vim"], (f"orphan-vim-{i}" for i in range(1, 5))) == "orphan-vim-5"
+def test_an_orphan_keeps_its_name_and_a_late_original_is_name_late() -> None:
+    """Adopted under the name its daemon knows it by (the one the person
+    gave it: after a store lost, every session comes back under its own
+    name); a saved session's name, it is not: that session's late
+    original is NAME-late, then -late2..."""
+    arr = Arrangement(
+        [
+            Window("main", [Tab(SessionLeaf("c1", ["vim"], "/"))]),
+            Window("w2", [Tab(SessionLeaf("c1-late", ["vim"], "/"))]),
+        ]
+    )
+    free = orphan_leaf(arr, child(2, ["vim"]), SOCK, INSTANCE)
+    assert free is not None and (free.name, free.notice) == ("c2", ORPHAN_NOTICE.encode())
+    late = orphan_leaf(arr, child(1, ["vim"]), OTHER_SOCK, INSTANCE)
+    assert late is not None and late.name == "c1-late2"
+    assert late.notice == late_notice("c1").encode() and b"c1" in late.notice
 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    argv=st.lists(st.text(max_size=60), max_size=3),
-    taken=st.lists(
-        st.one_of(
-            st.from_regex(r"orphan-[a-z_]{1,3}-[1-3]", fullmatch=True),
-            st.text(min_size=1, max_size=20),
-        ),
-        max_size=20,
-    ),
+    names=st.lists(st.from_regex(r"[a-c]{1,2}(-late[2-3]?)?", fullmatch=True), max_size=12),
+    taken=st.lists(st.from_regex(r"[a-c]{1,2}(-late[2-3]?)?", fullmatch=True), max_size=8),
 )
-def test_orphan_name_is_always_valid_and_never_collides(argv: list[str], taken: list[str]) -> None:
-    name = orphan_name(argv, taken)
-    check_session_name(name)
-    assert name not in taken
-    assert name.startswith("orphan-")
-
-
-def test_orphan_names_never_collide_across_many_adoptions() -> None:
-    sink = MemorySink(arranged(SessionLeaf("orphan-sh-2", ["sh"], "/")))
-    for i in range(1, 8):
-        sink.record(child(i, ["sh"] if i % 2 else ["/bin/sh"]), SOCK, INSTANCE)
-    names = [x.name for x in sink.current.leaves()]
-    assert len(names) == len(set(names)) == 8
-    assert sorted(names) == sorted(
-        ["orphan-sh-2"] + [f"orphan-sh-{n}" for n in (1, 3, 4, 5, 6, 7, 8)]
-    )
+def test_adopted_names_are_valid_and_never_collide(names: list[str], taken: list[str]) -> None:
+    sink = MemorySink(arranged(*(SessionLeaf(n, ["sh"], "/") for n in dict.fromkeys(taken))))
+    for i, name in enumerate(names, 1):  # a daemon each: a daemon has one child of a name
+        sink.record(child(i, name=name), OTHER_SOCK.replace("-2.", f"-{i + 2}."), INSTANCE)
+    got = [x.name for x in sink.current.leaves()]
+    assert len(got) == len(set(got)) == len(set(taken)) + len(names)
+    for name in got:
+        check_session_name(name)
 
 
 # --- the adopted leaf --------------------------------------------------------------
@@ -225,7 +200,7 @@ def test_orphan_leaf_carries_notice_ref_and_what_to_run_again() -> None:
     c = child(7, ["vim", "notes.txt"], cwd="/src", rows=50, cols=132)
     got = orphan_leaf(Arrangement(), c, SOCK.replace("/multiserver/", "//multiserver/"), INSTANCE)
     assert got == SessionLeaf(
-        name="orphan-vim-1",
+        name="c7",
         argv=["vim", "notes.txt"],
         cwd="/src",
         rows=50,
@@ -245,26 +220,15 @@ def test_orphan_leaf_is_none_for_a_referenced_child() -> None:
     assert orphan_leaf(arr, child(7), SOCK, "inst-b") is not None
 
 
-def test_orphan_leaf_name_avoids_every_window() -> None:
-    arr = Arrangement(
-        [
-            Window("main", [Tab(SessionLeaf("orphan-vim-1", ["vim"], "/"))]),
-            Window("w2", [Tab(SessionLeaf("orphan-vim-2", ["vim"], "/"))]),
-        ]
-    )
-    got = orphan_leaf(arr, child(1, ["vim"]), SOCK, INSTANCE)
-    assert got is not None and got.name == "orphan-vim-3"
-
-
 def test_memory_sink_records_into_the_orphans_window_once() -> None:
     main = leaf("editor", child_id=1)
     sink = MemorySink(arranged(main))
     first = sink.record(child(2, ["top"]), SOCK, INSTANCE)
-    assert first is not None and first.name == "orphan-top-1"
+    assert first is not None and first.name == "c2"
     assert sink.record(child(2, ["top"]), SOCK, INSTANCE) is None  # already referenced
     assert sink.record(child(1), SOCK, INSTANCE) is None  # a saved session's child
     second = sink.record(child(3, ["top"]), SOCK, INSTANCE)
-    assert second is not None and second.name == "orphan-top-2"
+    assert second is not None and second.name == "c3"
     main_window, orphan_window = sink.current.windows
     assert main_window == Window("main", [Tab(main)])
     assert orphan_window == Window(ORPHAN_WINDOW, [Tab(first), Tab(second)])

@@ -621,7 +621,7 @@ async def test_adopt_false_changes_nothing(
             await sim.wait_connections(0)
             assert running.buffered == b"kept in the daemon\r\n" and not running.held
         [adopted] = orphan_leaves(store.load())
-        assert adopted.name == "orphan-vim-1" and adopted.notice == ORPHAN_NOTICE.encode()
+        assert adopted.name == "ed" and adopted.notice == ORPHAN_NOTICE.encode()
 
 
 async def test_an_orphan_whose_argv_is_not_utf8_is_reported_escaped_and_kept_byte_exact(

@@ -335,6 +335,6 @@ async def test_a_group_writable_runtime_dir_is_refused(
     # Only the mode was wrong: the same sweep now does its work.
     report = await sweep(MemorySink())
     assert [(Path(r.socket).name, r.action, r.name) for r in report.rows] == [
-        (daemon.paths.socket.name, "adopted", "orphan-sleep-1"),
+        (daemon.paths.socket.name, "adopted", "stray"),
         (stale.name, "removed", ""),
     ]

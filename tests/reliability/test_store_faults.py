@@ -87,7 +87,7 @@ async def restore_ok() -> Any:
 async def assert_whole(ms_dirs: MsDirs, names: tuple[str, ...] | None = NAMES) -> None:
     """Every saved session has its own running child, each child is one
     session's, and the closed one is nowhere. ``names``: the saved names
-    they must have (None: any, for a store whose names were lost)."""
+    they must have (None: any)."""
     children = await live_children(ms_dirs)
     with ArrangementStore.open(store_path(ms_dirs)) as store:
         leaves = store.load().leaves()
@@ -291,9 +291,10 @@ async def test_store_on_a_full_file_system(ms_dirs: MsDirs) -> None:
 @pytest.mark.parametrize("table", ["meta", "arrangement", "leaf_bytes", "pending_closes"])
 async def test_one_damaged_table_quarantines_the_file(ms_dirs: MsDirs, table: str) -> None:
     """The file is moved aside (kept whole) with a one-line warning, and a
-    fresh one holds what could be read: the sessions keep their names unless
-    the damaged table is the arrangement itself (then they come back as
-    orphans, adopted by the sweep: each once)."""
+    fresh one holds what could be read: the sessions keep their names, even
+    when the damaged table is the arrangement itself (they come back as
+    orphans adopted by the sweep, each once, under the names their daemon
+    knows them by)."""
     await make_sessions(ms_dirs)
     reboot(ms_dirs)
     await restore_ok()  # relaunched: their notices are in leaf_bytes now
@@ -308,7 +309,7 @@ async def test_one_damaged_table_quarantines_the_file(ms_dirs: MsDirs, table: st
     (aside,) = quarantined(ms_dirs)
     assert aside.read_bytes() == damaged and str(aside) in warnings[0]
     await restore_ok()
-    await assert_whole(ms_dirs, None if table == "arrangement" else NAMES)
+    await assert_whole(ms_dirs)
     record("damaged_table", table=table, warning=warnings[0])
 
 
@@ -323,9 +324,9 @@ async def test_a_zero_length_store_is_reported_and_kept(ms_dirs: MsDirs) -> None
     assert "the file is empty (0 bytes): the sessions saved in it are gone" in stderr
     (aside,) = quarantined(ms_dirs)
     assert aside.stat().st_size == 0
-    # The names are gone with the file; the running sessions are each
-    # adopted once, under new names.
-    await assert_whole(ms_dirs, None)
+    # The file is gone; the running sessions are each adopted once, under
+    # the names their daemon knows them by.
+    await assert_whole(ms_dirs)
 
 
 # --- restores that overlap or die ----------------------------------------------------------
