@@ -13,7 +13,7 @@ import pytest
 
 from multiserver import DaemonPaths, open_client
 from restore import ArrangementStore, RestorationRef, SessionLeaf
-from tests.cli.conftest import listed, ms, ms_many, wait_session
+from tests.cli.conftest import listed, ms, ms_many, run_ms, wait_session
 from tests.conftest import (
     MsDirs,
     daemon_pids_for,
@@ -102,18 +102,22 @@ async def test_a_name_in_use_anywhere_is_refused_with_where_it_is(ms_dirs: MsDir
 
 
 async def test_a_name_on_two_daemons_is_refused_until_one_is_chosen(ms_dirs: MsDirs) -> None:
-    """Old data: daemons 1 and 2 both have a "web" (the second started by
-    a client that does not ask; only the first is saved). attach, peek and
-    kill refuse, name both and say how to choose; `--daemon N` chooses."""
-    await ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", "echo one; sleep 100")
-    async with open_client(DaemonPaths.for_number(2), start=True) as client:
-        launched = await client.launch(
-            ["sh", "-c", "echo two; sleep 100"], env=dict(os.environ), name="web", hold=False
-        )
-    two = launched.child.pid
-    one = (await listed(ms_dirs))["web"].pid
+    """Daemons 1 and 2 both have a "web", saved on neither (started by a
+    client that does not save). attach, peek and kill refuse, name both
+    and say how to choose; `--daemon N` chooses."""
+    pids = []
+    for n, said in ((1, "one"), (2, "two")):
+        async with open_client(DaemonPaths.for_number(n), start=True) as client:
+            launched = await client.launch(
+                ["sh", "-c", f"echo {said}; sleep 100"],
+                env=dict(os.environ),
+                name="web",
+                hold=False,
+            )
+        pids.append(launched.child.pid)
+    one, two = pids
     peek, kill = await ms_many(ms_dirs, ["peek", "web"], ["kill", "web"], check=False)
-    candidates = "on daemon 1 (running, saved), daemon 2 (running); choose one with --daemon N"
+    candidates = "on daemon 1 (running), daemon 2 (running); choose one with --daemon N"
     assert err(peek) == (
         f"several sessions are named 'web': {candidates}, e.g. multiserver --daemon 2 peek web"
     )
@@ -122,13 +126,41 @@ async def test_a_name_on_two_daemons_is_refused_until_one_is_chosen(ms_dirs: MsD
     )
     assert is_alive(one) and is_alive(two)  # nothing ended without a word
 
-    second = await ms(ms_dirs, "--daemon", "2", "peek", "web")
-    assert second.stdout == b"two\r\n"
+    await wait_until(
+        lambda: run_ms(ms_dirs, "--daemon", "2", "peek", "web").stdout == b"two\r\n",
+        5.0,
+        "daemon 2's web to have said two",
+    )
     killed = await ms(ms_dirs, "--daemon", "2", "kill", "web")
     assert killed.stderr == b"web: killed by SIGHUP\n"
     await wait_until(lambda: is_dead(two), 5.0, "daemon 2's web gone")
     assert is_alive(one)
     assert (await ms(ms_dirs, "peek", "web")).stdout == b"one\r\n"
+
+
+async def test_a_saved_name_is_one_session_the_other_child_is_its_late_original(
+    ms_dirs: MsDirs,
+) -> None:
+    """A saved "web" on daemon 1, and a child daemon 2 also calls "web":
+    the name is the saved session's; the other is "web-late", listed and
+    addressed so, and nothing is refused or ended."""
+    await ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", "echo one; sleep 100")
+    async with open_client(DaemonPaths.for_number(2), start=True) as client:
+        launched = await client.launch(
+            ["sh", "-c", "echo two; sleep 100"], env=dict(os.environ), name="web", hold=False
+        )
+    two = launched.child.pid
+    rows = {r["name"]: r for r in json.loads((await ms(ms_dirs, "ls", "--json")).stdout)}
+    assert sorted(rows) == ["web", "web-late"]
+    assert rows["web-late"]["pid"] == two and rows["web-late"]["late_of"] == "web"
+    await wait_until(
+        lambda: run_ms(ms_dirs, "peek", "web-late").stdout == b"two\r\n", 5.0, "web-late's output"
+    )
+    assert (await ms(ms_dirs, "peek", "web")).stdout == b"one\r\n"
+    killed = await ms(ms_dirs, "kill", "web-late")
+    assert killed.stderr == b"web-late: killed by SIGHUP\n"
+    await wait_until(lambda: is_dead(two), 5.0, "web-late gone")
+    assert [r["name"] for r in json.loads((await ms(ms_dirs, "ls", "--json")).stdout)] == ["web"]
 
 
 async def test_a_saved_session_not_running_is_forgotten_by_kill(ms_dirs: MsDirs) -> None:
