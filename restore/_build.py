@@ -13,9 +13,7 @@ session's detail. Store writes are not bounded by it (see ``_save``).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import time
 from collections.abc import Callable, Collection, Mapping
 
 import attrs
@@ -26,10 +24,8 @@ from multiserver import (
     Client,
     DaemonPaths,
     MultiserverError,
-    RequestFailed,
     default_daemon_number,
     describe_exit,
-    dial,
 )
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
@@ -47,12 +43,19 @@ from restore._plan import (
     decide_unsettled,
     relaunch_notice,
 )
+from restore._relaunch import (
+    Attempt,
+    Closed,
+    CutOff,
+    Launched,
+    NotDone,
+    Relauncher,
+)
 from restore.store._errors import StoreError
 from restore.store._held import Hold, Key, live_holds
 from restore.store._model import (
     Arrangement,
     PendingLaunch,
-    RestorationRef,
     SavedOutput,
     SessionLeaf,
 )
@@ -192,11 +195,20 @@ async def build_sessions(
     child not collected stays ``ended`` (the daemon keeps it until a sweep
     collects it).
 
-    Cancellation: sessions already relaunched stay running (and saved);
-    the fds of the sessions built so far are closed (they were never
+    Sessions come back in the plan's order. Every outcome but a relaunch
+    is carried out first, session by session; then the relaunches, as one
+    batch (``_relaunch_all``): their intents written in one transaction,
+    the launches in flight together, the new children recorded in one
+    more. ``progress`` is told of each session once it is built, in the
+    plan's order (so of the relaunched ones once they are recorded).
+
+    Cancellation: sessions already relaunched stay running, and saved
+    (their record is written, shielded, before the cancel goes on); the
+    fds of the sessions built so far are closed (they were never
     returned) and the relaunch connection too, which gives those children
     back to their daemon; fds not yet handed over are closed by their
-    attachments' owners.
+    attachments' owners. A launch in flight at the cancel may have started
+    its child: its intent is saved, and the next restore settles it.
 
     The deadline is no cancellation of the build, only of the answer it
     waits for. A launch it cut off may have started its child: that child
@@ -205,19 +217,23 @@ async def build_sessions(
     session's name, which keeps a sweep from adopting it). That session is
     ``failed``, says so, names the relaunch daemon, and its saved leaf is
     left as it was (its earlier ref) but for its intent, which the next
-    restore settles: the child is then the session's.
+    restore settles: the child is then the session's. A relaunch the
+    deadline left unasked loses its intent again.
 
     Each relaunch's intent is written before its launch (see
-    ``_Relauncher``); a store that cannot take a change costs no session
-    (``RestoredSession.saved`` says so). ``unsettled``: sessions whose
-    earlier relaunch could not be looked for (``_intents``): not relaunched.
+    ``_relaunch.Relauncher``); a store that cannot take a change costs no
+    session (``RestoredSession.saved`` says so). ``unsettled``: sessions
+    whose earlier relaunch could not be looked for (``_intents``): not
+    relaunched.
     """
     pending = spare_held(
         decide_all(plan, phase, deadline.attach_seconds, options, unsettled), live_holds()
     )
     avoid = {t.socket for t in phase.timed_out}
-    relauncher = _Relauncher(relaunch_daemon(avoid), nursery, deadline, env, store)
+    relauncher = Relauncher(relaunch_daemon(avoid), nursery, deadline, env, store)
     results: list[RestoredSession] = []
+    batch: list[_Relaunch] = []
+    first = 0  # the first session to relaunch: progress waits there for the batch
     taken_refs = {
         (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id)
         for leaf in plan_leaves(plan)
@@ -225,9 +241,17 @@ async def build_sessions(
     }
     try:
         for p in pending:
-            session = await _carry_out(p, relauncher, store, hold, deadline, taken_refs)
+            t0 = trio.current_time()
+            session = await _carry_out(p, store, deadline)
             results.append(session)
-            if progress is not None:
+            if p.decision.relaunch:
+                first = len(results) - 1 if not batch else first
+                batch.append(_Relaunch(session, p, t0))
+            elif not batch and progress is not None:
+                progress(session)  # nothing before it waits for the batch
+        await _relaunch_all(batch, relauncher, store, hold, deadline, taken_refs)
+        if batch and progress is not None:
+            for session in results[first:]:
                 progress(session)
     except BaseException:
         for s in results:
@@ -262,13 +286,9 @@ def spare_held(pending: list[_Pending], holds: Mapping[Key, Hold]) -> list[_Pend
 
 
 async def _carry_out(
-    p: _Pending,
-    relauncher: _Relauncher,
-    store: ArrangementStore | None,
-    hold: bool,
-    deadline: RestoreDeadline,
-    taken: Collection[tuple[str, str, int]],
+    p: _Pending, store: ArrangementStore | None, deadline: RestoreDeadline
 ) -> RestoredSession:
+    """Everything of ``p``'s outcome but its relaunch (``_relaunch_all``)."""
     t0 = trio.current_time()
     d, leaf, att = p.decision, p.leaf, p.attachment
     session = RestoredSession(leaf, d.outcome, d.detail, p.daemon, 0.0)
@@ -292,8 +312,6 @@ async def _carry_out(
         await _collect(session, att.client, child, store if d.close else None, deadline)
     elif d.close and store is not None:
         await _save(session, _durable_close, store, leaf.name)
-    if d.relaunch:
-        await _relaunch(session, d, relauncher, store, hold, deadline, taken, att)
     session.elapsed = p.waited + (trio.current_time() - t0)
     return session
 
@@ -328,63 +346,157 @@ async def _collect(
             await trio.to_thread.run_sync(store.complete_close, name, session.leaf.ref)
 
 
-async def _relaunch(
-    session: RestoredSession,
-    d: Decision,
-    relauncher: _Relauncher,
+@attrs.frozen
+class _Relaunch:
+    """A session to relaunch, built but for that; when it started."""
+
+    session: RestoredSession
+    pending: _Pending
+    t0: float
+
+
+async def _relaunch_all(
+    batch: list[_Relaunch],
+    relauncher: Relauncher,
     store: ArrangementStore | None,
     hold: bool,
     deadline: RestoreDeadline,
     taken: Collection[tuple[str, str, int]],
-    att: DaemonAttachment | None,
 ) -> None:
-    leaf = session.leaf
+    """Relaunch the batch (``Relauncher.launch_all``), then record it: the
+    new children in one transaction, and the intents of the relaunches the
+    deadline left unasked cleared in another. A cancel still records
+    what was launched by then, shielded."""
+    if not batch:
+        return
+    attempts: dict[str, Attempt] = {}
     try:
-        launched = await relauncher.launch(leaf, hold=hold, taken=taken)
-    except _Closed:
+        await relauncher.launch_all(
+            [r.session.leaf for r in batch], hold=hold, taken=taken, into=attempts
+        )
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            done = [r for r in batch if r.session.leaf.name in attempts]
+            await _record(done, attempts, relauncher, store)
+        raise
+    found = await _record(batch, attempts, relauncher, store)
+    for session, client, child in found:
+        await _collect(session, client, child, store, deadline)
+
+
+async def _record(
+    batch: list[_Relaunch],
+    attempts: Mapping[str, Attempt],
+    relauncher: Relauncher,
+    store: ArrangementStore | None,
+) -> list[tuple[RestoredSession, Client, ChildInfo]]:
+    """Each attempt applied to its session, and what it changed saved.
+    Returns the exited children found where a relaunch was asked (an
+    earlier restore's, never recorded), for the caller to collect."""
+    launched: list[RestoredSession] = []
+    unasked: list[str] = []
+    found: list[tuple[RestoredSession, Client, ChildInfo]] = []
+    for r in batch:
+        outcome, at = attempts[r.session.leaf.name]
+        _apply(r, outcome, relauncher)
+        r.session.elapsed = r.pending.waited + (at - r.t0)
+        if isinstance(outcome, Launched):
+            launched.append(r.session)
+            if outcome.found is not None and outcome.found.state == "exited":
+                found.append((r.session, outcome.client, outcome.found))
+        elif isinstance(outcome, NotDone) and not isinstance(outcome, CutOff):
+            unasked.append(r.session.leaf.name)
+    if store is None:
+        return found
+    if launched:
+        await _save_all(launched, store.update_sessions, [s.leaf for s in launched])
+    if unasked and relauncher.intent is not None:
+        with contextlib.suppress(StoreError):  # the next restore settles them
+            await trio.to_thread.run_sync(store.modify, _drop_intents(unasked, relauncher.intent))
+    return found
+
+
+def _apply(
+    r: _Relaunch, outcome: Launched | NotDone | Closed | MultiserverError, relauncher: Relauncher
+) -> None:
+    """What one relaunch attempt makes of its session."""
+    session, d = r.session, r.pending.decision
+    leaf = session.leaf
+    if isinstance(outcome, Closed):
         session.outcome = "ended"
         session.detail = "closed meanwhile (multiserver kill): not started again"
         return
-    except _CutOff as exc:
+    if isinstance(outcome, CutOff):
         # Its child may run on the relaunch daemon: that is where to look.
         session.outcome, session.daemon = "failed", str(relauncher.paths.socket)
-        session.detail = f"{d.detail}; {exc}"
+        session.detail = f"{d.detail}; {outcome}"
         return
-    except _NotDone as exc:
+    if isinstance(outcome, NotDone):
         session.outcome = "failed"
-        session.detail = f"{d.detail}; {exc}"
+        session.detail = f"{d.detail}; {outcome}"
         return
-    except MultiserverError as exc:
+    if isinstance(outcome, MultiserverError):
         session.outcome = "failed"
-        session.detail = f"{d.detail}; relaunch failed: {exc}"
+        session.detail = f"{d.detail}; relaunch failed: {outcome}"
         return
     session.daemon = str(relauncher.paths.socket)
-    session.master, session.client = launched.master, launched.client
-    if launched.found is None:
-        notice = relaunch_notice(_shown_last(leaf, att), d.reason or d.detail)
+    session.master, session.client = outcome.master, outcome.client
+    found = outcome.found
+    if found is None:
+        notice = relaunch_notice(_shown_last(leaf, r.pending.attachment), d.reason or d.detail)
         # The scrollback is in the notice now; what the new program shows
         # is saved as its own.
-        session.leaf = attrs.evolve(launched.leaf, notice=notice, scrollback=None, exit_code=None)
+        session.leaf = attrs.evolve(outcome.leaf, notice=notice, scrollback=None, exit_code=None)
         session.replay = notice
-        if store is not None:
-            await _save(session, store.update_session, session.leaf)
         return
     # The daemon had it already: the relaunch of an earlier restore, never
     # recorded (a crash, a store that could not be written). It is the session.
-    found = launched.found
-    session.leaf = launched.leaf
+    session.leaf = outcome.leaf
     session.outcome = "attached"
     session.detail = (
         f"pid {found.pid}: found running on its daemon as {leaf.name!r}, started by an"
         " earlier restore that could not record it"
     )
-    if store is not None:
-        await _save(session, store.update_session, session.leaf)
     if found.state == "exited":
         session.outcome = "ended"
         ended = "ended" if found.exit_code is None else describe_exit(found.exit_code)
         session.detail = f"session ended ({ended}); it was started by an earlier restore"
-        await _collect(session, launched.client, found, store, deadline)
+
+
+def _drop_intents(names: list[str], intent: PendingLaunch) -> Callable[[Arrangement], Arrangement]:
+    """The change that clears ``intent`` from the leaves ``names``, where
+    it is still theirs: relaunches never asked for, which started nothing."""
+    wanted = set(names)
+
+    def change(arr: Arrangement) -> Arrangement:
+        return arr.map_leaves(
+            lambda leaf: (
+                attrs.evolve(leaf, pending_launch=None)
+                if leaf.name in wanted and leaf.pending_launch == intent
+                else leaf
+            )
+        )
+
+    return change
+
+
+async def _save_all(
+    sessions: list[RestoredSession],
+    change: Callable[..., list[str]],
+    *args: object,
+) -> None:
+    """``_save`` for a batch: one change that returns the names it found
+    no session for."""
+    try:
+        missing = set(await trio.to_thread.run_sync(change, *args))
+    except StoreError as exc:
+        for session in sessions:
+            session.detail += f"; not saved: {exc}"
+            session.saved = False
+        return
+    for session in sessions:
+        if session.leaf.name in missing:
+            session.detail += "; not saved: the session is no longer in the saved arrangement"
 
 
 async def _save(session: RestoredSession, change: Callable[..., object], *args: object) -> bool:
@@ -442,171 +554,3 @@ def _shown_last(leaf: SessionLeaf, att: DaemonAttachment | None) -> SessionLeaf:
 def _durable_close(store: ArrangementStore, name: str) -> None:
     store.stage_close(name)
     store.complete_close(name)
-
-
-class _NotDone(Exception):
-    """A relaunch the restore's deadline left no time for: nothing was
-    asked of the relaunch daemon. The message is the whole reason."""
-
-
-class _CutOff(_NotDone):
-    """A launch the restore's deadline cut off after it was asked for: the
-    daemon may have started the child."""
-
-
-class _Closed(Exception):
-    """The session was closed (``multiserver kill``) since the restore read
-    the arrangement: it is not started again."""
-
-
-@attrs.frozen
-class _Launched:
-    leaf: SessionLeaf  # with its new ref, its intent cleared
-    client: Client
-    master: int | None
-    found: ChildInfo | None = None  # the daemon had it: an earlier relaunch
-
-
-class _Relauncher:
-    """One connection to the daemon that relaunched sessions start on,
-    started on first use; a failure to reach it is remembered, so it is
-    waited for once, not once per session. Starting it and every launch
-    wait until the restore's deadline, which they share.
-
-    Before each launch its intent is written to the store
-    (``SessionLeaf.pending_launch``), and the record of the new child clears
-    it in the same transaction. A store that cannot take the intent costs
-    no session: the launch goes ahead, and a child that a later restore
-    finds under the session's name on this daemon is taken as the
-    session's anyway (``launch``)."""
-
-    def __init__(
-        self,
-        paths: DaemonPaths,
-        nursery: trio.Nursery,
-        deadline: RestoreDeadline,
-        env: Mapping[str, str] | None = None,
-        store: ArrangementStore | None = None,
-    ) -> None:
-        self.paths = paths
-        self._env = env
-        self._nursery = nursery
-        self._deadline = deadline
-        self._client: Client | None = None
-        self._error: Exception | None = None
-        self._used = False
-        self._store = store
-
-    def _check_time(self) -> None:
-        if trio.current_time() >= self._deadline.end:
-            raise _NotDone(
-                f"relaunch not done: the restore deadline ({self._deadline.seconds:g} s) passed"
-            )
-
-    async def _get(self) -> Client:
-        if self._error is not None:
-            raise self._error
-        self._check_time()
-        if self._client is None:
-            try:
-                with trio.fail_at(self._deadline.end):
-                    self._client = await dial(self.paths, start=True)
-            except trio.TooSlowError:
-                # A daemon it started keeps running (dial's cancellation).
-                self._error = _NotDone(
-                    f"relaunch not done: daemon {self.paths.socket} did not start"
-                    f" by the restore deadline ({self._deadline.seconds:g} s)"
-                )
-                raise self._error from None
-            except MultiserverError as exc:
-                self._error = exc
-                raise
-            self._client.start(self._nursery)
-        return self._client
-
-    async def _write_intent(self, client: Client, name: str) -> None:
-        """The intent of relaunching ``name`` on ``client``'s daemon, saved
-        (unless the store cannot take it). _Closed if the session is gone."""
-        if self._store is None:
-            return
-        intent = PendingLaunch(str(client.socket_path), client.instance_id, time.time())
-
-        def change(arr: Arrangement) -> Arrangement:
-            leaf = arr.find(name)
-            if leaf is None:
-                raise _Closed(name)
-            return arr.replace_session(attrs.evolve(leaf, pending_launch=intent))
-
-        with contextlib.suppress(StoreError):
-            await trio.to_thread.run_sync(self._store.modify, change)
-
-    async def launch(
-        self, leaf: SessionLeaf, *, hold: bool, taken: Collection[tuple[str, str, int]] = ()
-    ) -> _Launched:
-        client = await self._get()
-        await self._write_intent(client, leaf.name)
-        self._check_time()  # a busy store may have taken the rest of it
-        cwd = leaf.cwd if os.path.isdir(leaf.cwd) else os.path.expanduser("~")
-        try:
-            with trio.fail_at(self._deadline.end):
-                launched = await client.launch(
-                    leaf.argv,
-                    env=dict(os.environ if self._env is None else self._env),
-                    cwd=cwd,
-                    rows=leaf.rows,
-                    cols=leaf.cols,
-                    name=leaf.name,
-                    hold=hold,
-                )
-        except trio.TooSlowError:
-            # Its answer, if it comes, is dropped (the fd closed) by the
-            # client; nothing here knows the child's id to save it.
-            raise _CutOff(
-                f"relaunch cut off by the restore deadline ({self._deadline.seconds:g} s):"
-                f" the daemon may have started it as {leaf.name!r}, unsaved (the next restore"
-                " finds it)"
-            ) from None
-        except RequestFailed as exc:
-            if exc.errno == errno.EEXIST:
-                return await self._found(client, leaf, hold, taken, exc.message)
-            raise MultiserverError(exc.message) from None
-        self._used = True  # a session holds the client now: the caller closes it
-        child = launched.child
-        ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
-        new = attrs.evolve(leaf, ref=ref, cwd=cwd, pending_launch=None)
-        return _Launched(new, client, launched.master)
-
-    async def _found(
-        self,
-        client: Client,
-        leaf: SessionLeaf,
-        hold: bool,
-        taken: Collection[tuple[str, str, int]],
-        refused: str,
-    ) -> _Launched:
-        """The daemon has a child of the session's name: if no session refers
-        to it, it is this session's own, relaunched by an earlier restore that
-        could not record it (crash, store). Else the refusal stands."""
-        with trio.fail_at(self._deadline.end):
-            children = await client.list()
-        child = next((c for c in children if c.name == leaf.name), None)
-        if child is None or (str(client.socket_path), client.instance_id, child.id) in taken:
-            raise MultiserverError(refused)
-        master = None
-        if hold and child.state == "running":
-            with trio.fail_at(self._deadline.end):
-                (claimed,) = await client.claim([child.id])
-            if claimed.error is not None:
-                raise MultiserverError(f"{refused}, and {claimed.error.message}")
-            master = claimed.master
-        self._used = True
-        ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
-        return _Launched(attrs.evolve(leaf, ref=ref, pending_launch=None), client, master, child)
-
-    @property
-    def client(self) -> Client | None:
-        return self._client
-
-    def close_if_unused(self) -> None:
-        if self._client is not None and not self._used:
-            self._client.close()

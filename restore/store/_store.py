@@ -322,12 +322,31 @@ class ArrangementStore:
     def update_session(self, leaf: SessionLeaf) -> None:
         """Replace the leaf of the same name (KeyError if none), in place. Its
         saved bytes fields become the leaf's (None removes one)."""
+        if self.update_sessions([leaf]):
+            raise KeyError(leaf.name)
 
-        def op(c: sqlite3.Connection) -> None:
-            _write_doc(c, _read_doc(c).replace_session(leaf))
-            _put_bytes(c, leaf)
+    def update_sessions(self, leaves: Sequence[SessionLeaf]) -> list[str]:
+        """``update_session`` for many leaves in one transaction: the
+        document is read and written once, however many there are (a
+        restore records its relaunches so). Returns the names that are not
+        in the arrangement; nothing is written for those."""
+        by_name = {leaf.name: leaf for leaf in leaves}
+        if not by_name:
+            return []
 
-        self._write(op)
+        def op(c: sqlite3.Connection) -> list[str]:
+            arr = _read_doc(c)
+            present = {leaf.name for leaf in arr.leaves()}
+            missing = [name for name in by_name if name not in present]
+            if len(missing) == len(by_name):
+                return missing
+            _write_doc(c, arr.map_leaves(lambda old: by_name.get(old.name, old)))
+            for leaf in by_name.values():
+                if leaf.name in present:
+                    _put_bytes(c, leaf)
+            return missing
+
+        return self._write(op)
 
     def save_outputs(self, outputs: Sequence[SavedOutput]) -> list[str]:
         """Keep what sessions showed as their leaves' scrollback, all in one

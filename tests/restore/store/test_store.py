@@ -258,6 +258,47 @@ def test_add_remove_update(store: ArrangementStore, path: Path) -> None:
     conn.close()
 
 
+def test_update_sessions_changes_many_in_one_transaction(
+    store: ArrangementStore, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a restore records its relaunches with: each leaf replaced as
+    ``update_session`` would, in one transaction for all of them; a name
+    no longer saved is returned and nothing is written for it."""
+    store.add_session(leaf("a", scrollback=b"A"))
+    store.add_session(leaf("b", scrollback=b"B"), window="w2")
+    store.add_session(leaf("c"))
+    changes: list[object] = []
+    write = ArrangementStore._write  # every change's one transaction
+
+    def counted(self: ArrangementStore, op: Any) -> Any:
+        changes.append(op)
+        return write(self, op)
+
+    monkeypatch.setattr(ArrangementStore, "_write", counted)
+    missing = store.update_sessions(
+        [
+            leaf("a", ref=REF, notice=b"N"),  # scrollback None: the saved one goes
+            leaf("nope", scrollback=b"x"),
+            leaf("c", title="T", scrollback=b"C"),
+        ]
+    )
+    assert missing == ["nope"] and len(changes) == 1
+    arr = store.load()
+    assert arr.leaves() == [
+        leaf("a", ref=REF, notice=b"N"),
+        leaf("c", title="T", scrollback=b"C"),
+        leaf("b", scrollback=b"B"),
+    ]
+    assert store.update_sessions([]) == []
+    assert store.update_sessions([leaf("x"), leaf("y", scrollback=b"Y")]) == ["x", "y"]
+    assert store.load() == arr
+    with raw(path) as conn:
+        assert (
+            conn.execute("SELECT name FROM leaf_bytes WHERE name IN ('nope', 'y')").fetchall() == []
+        )
+    conn.close()
+
+
 def test_failed_changes_change_nothing(store: ArrangementStore) -> None:
     store.add_session(leaf("a", scrollback=b"A"))
     before = store.load()
