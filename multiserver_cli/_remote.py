@@ -94,12 +94,13 @@ def ask_host(host: Host, timeout: float) -> HostAnswer:
         return failed_answer(exc)
 
 
-def start_there(host: Host, leaf: SessionLeaf, timeout: float) -> SessionLeaf:
+def start_there(host: Host, leaf: SessionLeaf, timeout: float, why: str) -> SessionLeaf:
     """``leaf``, a session of ``host`` gone there, started again there in
-    its saved cwd: the saved session of the new one (its ref there).
-    HostFailure if it could not be."""
+    its saved cwd (its screen, then the marker and ``why``, waiting there
+    for its first attach): the saved session of the new one (its ref
+    there). HostFailure if it could not be."""
     name = leaf.name.rpartition(":")[2]
-    request = start_request(host, name, leaf.argv, leaf.cwd)
+    request = start_request(host, name, leaf.argv, leaf.cwd, why)
     succeeded(host, run_remote(host, request, timeout=timeout))
     return remote_leaf(host, name, timeout)
 
@@ -154,8 +155,8 @@ def bring_back(host: Host, name: str) -> None:
         answer = ask_host(replaced(host, needs_credential=False), host.timeout)
         if answer.kind != "listed" or name in answer.sessions:
             return
-        made = start_there(host, leaf, host.timeout)
+        made = start_there(host, leaf, host.timeout, GONE_THERE)
         try:
-            store.update_session(started_again(leaf, made, GONE_THERE))
+            store.update_session(started_again(leaf, made))
         except (StoreError, KeyError) as exc:
             warn(f"{leaf.name} started again there, but not saved: {exc}")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from multiserver import LaunchResult, SyncClient
     from multiserver_cli._names import Create, Survey
     from multiserver_cli._state import Saved
+    from restore import SessionLeaf
 
 NAME = "new"
 HELP = "start a session and attach to it (-d: leave it detached)"
@@ -59,6 +60,10 @@ def add_arguments(p: ArgumentParser) -> None:
         help="start it on that host (multiserver host add), with the host's grace window"
         " as its --linger",
     )
+    # Run here by another host's restore (restore.remote's start_request):
+    # session NAME, gone, started again here (-A -d); its first attach
+    # shows what this host saved of it, then the marker and WHY.
+    p.add_argument("--relaunch", metavar="WHY", help=argparse.SUPPRESS)
     _args.env_options(p)
     _args.detach_options(p)
     p.add_argument(
@@ -76,6 +81,10 @@ def run(args: Namespace) -> int:
         raise UsageError("--linger must be >= 0")
     if args.host is not None:
         return _new_there(args.host, args)
+    if args.relaunch is not None:
+        if args.name is None:
+            raise CliError("--relaunch needs a session name (-n NAME)", 2)
+        args.attach_existing = args.detach = True
     from multiserver_cli import _state
     from multiserver_cli._names import Found, Refused, plan_new
     from multiserver_cli._sessions import check_name, located, scope_of, survey
@@ -94,6 +103,9 @@ def run(args: Namespace) -> int:
         if isinstance(plan, Refused):
             raise CliError(plan.message)
         if isinstance(plan, Found):
+            if args.relaunch is not None:  # it runs: nothing to start (asked twice)
+                print(plan.session.name)
+                return 0
             from multiserver_cli.commands.attach import attach_found
 
             return attach_found(args, located(plan.session), saved)
@@ -166,14 +178,51 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             linger=args.linger,
             hold=not args.detach,
         )
+        screen = _saved_screen(saved, plan.name) if args.relaunch is not None else None
         _state.record_new(
             saved, launched.child, client.socket_path, client.instance_id, args.window, argv
         )
+        if args.relaunch is not None:
+            _keep_screen(saved, launched.child.name, screen, args.relaunch)
         if args.detach:
             print(launched.child.name)
             return 0
         assert launched.master is not None
         return attach_held(args, client, launched.child, launched.master, b"", saved)
+
+
+def _saved_screen(saved: Saved, name: str) -> SessionLeaf | None:
+    """The saved session ``name`` with its bytes fields (what it showed),
+    read before the new child's record replaces it."""
+    store = saved.store()
+    if store is None:
+        return None
+    from restore import StoreError
+
+    try:
+        return store.load().find(name)
+    except StoreError:
+        return None
+
+
+def _keep_screen(saved: Saved, name: str, old: SessionLeaf | None, why: str) -> None:
+    """``--relaunch``: the session ``name`` just started again keeps, for
+    its first attach, what its earlier run showed (``old``'s scrollback and
+    unseen notice) and the marker saying ``why`` (``relaunch_notice``)."""
+    from multiserver import replaced
+    from multiserver_cli._state import warn
+    from restore import StoreError, relaunch_notice
+
+    store = saved.store()
+    if store is None:
+        return
+    try:
+        new = store.load().find(name)
+        if new is None:
+            return
+        store.update_session(replaced(new, notice=relaunch_notice(old or new, why)))
+    except (StoreError, KeyError) as exc:
+        warn(f"{name}: its earlier screen not kept: {exc}")
 
 
 def _launch(
