@@ -103,12 +103,14 @@ def ls_table(
     daemons: list[str] | None = None,
     waiting: list[tuple[int, int] | None] | None = None,
     ended: Sequence[SessionLeaf] = (),
+    elsewhere: Sequence[tuple[SessionLeaf, str]] = (),
 ) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
     children come from more than one). ``waiting``: each child's WAITING
     figures (default: what its daemon buffers). ``ended``: saved sessions
     whose program had ended unseen and whose daemon is gone, listed after
-    the children (WAITING: their saved output). An argv or cwd that is not
+    the children (WAITING: their saved output); ``elsewhere``: saved
+    sessions of hosts that do not list them, with why. An argv or cwd that is not
     UTF-8 is shown escaped (``caf\\xe9``)."""
     if waiting is None:
         waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
@@ -142,4 +144,15 @@ def ls_table(
             human_bytes(len(leaf.scrollback or b"")),
         ]
         rows.append(row if daemons is None else [row[0], "-", *row[1:]])
+    for leaf, why in elsewhere:  # saved sessions of hosts that do not list them
+        row = [
+            leaf.name,
+            f"saved, not running: {why}",
+            "-",
+            _truncate(shlex.join(escaped(a) for a in leaf.argv), 40),
+            _truncate(escaped(leaf.cwd), 40),
+            human_age(now - leaf.created_at) if leaf.created_at else "-",
+            "-",
+        ]
+        rows.append(row if daemons is None else [row[0], leaf.host or "-", *row[1:]])
     return table(header, rows)

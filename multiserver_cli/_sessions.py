@@ -38,6 +38,7 @@ from multiserver_cli._names import (
     SavedOnly,
     Session,
     Survey,
+    advice,
     name_problem,
     resolve,
 )
@@ -153,7 +154,12 @@ def survey(saved: Saved, number: int | None = None) -> Survey:
     """What names are decided on: every daemon's children (or daemon
     ``number``'s only) and the saved sessions."""
     result = scan(number)
-    return Survey(result.daemons, result.silent, saved.leaves(), result.problems)
+    leaves = saved.leaves()
+    # Another host's sessions (HOST:NAME) are that host's to answer for:
+    # no daemon here has them, and their names cannot be one here.
+    here = [leaf for leaf in leaves if leaf.host is None]
+    elsewhere = [leaf.name for leaf in leaves if leaf.host is not None]
+    return Survey(result.daemons, result.silent, here, result.problems, elsewhere)
 
 
 @record
@@ -219,10 +225,7 @@ def live_or_fail(name: str, found: Resolution | Located) -> Located:
     if isinstance(found, Found):
         return located(found.session)
     if isinstance(found, SavedOnly):
-        raise CliError(
-            f"session {name!r} is {found.session.state}; `multiserver restore` brings it"
-            f" back, `multiserver kill {name}` forgets it"
-        )
+        raise CliError(f"session {name!r} is {found.session.state}; {advice(found.session)}")
     raise CliError(found.message)
 
 

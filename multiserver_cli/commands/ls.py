@@ -40,6 +40,7 @@ def run(args: Namespace) -> int:
 
     with _state.open_saved() as saved:
         view = survey(saved, _args.only_daemon(args))
+        theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
     for problem in view.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.
@@ -55,7 +56,7 @@ def run(args: Namespace) -> int:
         {d.instance_id for d in view.daemons},
         all_seen=not args.daemon_given and not view.problems,
     )
-    remote, remote_problems = _remote_sessions(args)
+    remote, remote_problems, gone = _remote_sessions(args, theirs)
     for problem in remote_problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     if args.json:
@@ -63,16 +64,18 @@ def run(args: Namespace) -> int:
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
             + [_saved_end_json(leaf) for leaf in ended]
             + [{**r.raw, "host": r.host} for r in remote]
+            + [_saved_there_json(leaf, why) for leaf, why in gone]
         )
-    elif rows or ended or remote:
+    elif rows or ended or remote or gone:
         daemons = [s.daemon for s in rows] + [r.host for r in remote]
         print(
             ls_table(
                 [s.child for s in rows if s.child is not None] + [r.child for r in remote],
                 time.time(),
-                daemons=daemons if len(set(daemons)) > 1 else None,
+                daemons=daemons if len(set(daemons)) > 1 or gone else None,
                 waiting=waiting + [r.waiting for r in remote],
                 ended=ended,
+                elsewhere=gone,
             )
         )
     elif not view.problems and not remote_problems:
@@ -82,19 +85,56 @@ def run(args: Namespace) -> int:
     return 1 if view.problems or remote_problems else 0
 
 
-def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
+def _remote_sessions(
+    args: Namespace, theirs: list[SessionLeaf]
+) -> tuple[list[RemoteSession], list[str], list[tuple[SessionLeaf, str]]]:
     """The sessions of every configured host (none when ``--daemon N``
-    narrows ls to a local daemon)."""
+    narrows ls to a local daemon), the lines of those that could not be
+    listed, and the saved sessions of hosts (``theirs``) that their host
+    does not list, each with why (``_remote.not_listed``)."""
     if args.daemon_given:
-        return [], []
+        return [], [], []
     from restore import load_hosts
 
     hosts = load_hosts()
-    if not hosts:
-        return [], []
-    from multiserver_cli._remote import list_hosts
+    if not hosts and not theirs:
+        return [], [], []
+    from multiserver_cli._remote import list_hosts, not_listed
 
-    return list_hosts(list(hosts.values()))
+    remote, problems, unanswered = list_hosts(list(hosts.values()))
+    return remote, problems, not_listed(theirs, remote, list(hosts), unanswered)
+
+
+def _saved_there_json(leaf: SessionLeaf, why: str) -> dict[str, object]:
+    """A saved session of another host that it does not list, for ``ls
+    --json``: as a host's row (its name there, ``host``), with no live
+    child (``id`` null), state ``saved`` and why."""
+    from multiserver import escaped
+
+    ref = leaf.ref
+    return {
+        "name": leaf.name.partition(":")[2],
+        "host": leaf.host,
+        "id": None,
+        "pid": None,
+        "state": "saved",
+        "why_not_running": why,
+        "exit_code": None,
+        "argv": [escaped(a) for a in leaf.argv],
+        "cwd": escaped(leaf.cwd),
+        "tty": None,
+        "held": False,
+        "buffered_bytes": 0,
+        "dropped_bytes": 0,
+        "started_at": leaf.created_at or None,
+        "exited_at": None,
+        "linger": None,
+        "socket": None if ref is None else ref.socket,
+        "daemon_instance": None if ref is None else ref.instance_id,
+        "saved": True,
+        "waiting_bytes": 0,
+        "waiting_dropped_bytes": 0,
+    }
 
 
 def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:

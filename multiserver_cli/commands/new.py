@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from multiserver import LaunchResult, SyncClient
     from multiserver_cli._names import Create, Survey
     from multiserver_cli._state import Saved
-    from restore import SessionLeaf
+    from restore import Host, HostFailure, SessionLeaf
 
 NAME = "new"
 HELP = "start a session and attach to it (-d: leave it detached)"
@@ -258,7 +258,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
     from multiserver_cli import _remote
     from multiserver_cli._sessions import check_name
     from multiserver_cli.attach import _over_ssh
-    from restore import run_remote
+    from restore import HostFailure, run_remote
 
     host = _remote.host_of(host_name)
     if args.attach_existing:
@@ -270,9 +270,17 @@ def _new_there(host_name: str, args: Namespace) -> int:
                 print(args.name)
                 return 0
             return _over_ssh.attach_there(host_name, args.name, args)
+    name = None if args.name is None else check_name(args.name, new=True)
+    target = None if name is None else f"{host_name}:{name}"
+    if target is not None and _remote.was_asked(target):
+        # An earlier `new` of it lost its link: what the host has under
+        # that name is what it made (a retry is no second session).
+        found = _remote.find_made(host, args.name)
+        if found is not None:
+            return _made_there(host, found, args)
     remote = ["new"]
-    if args.name is not None:
-        remote += ["-n", check_name(args.name, new=True)]
+    if name is not None:
+        remote += ["-n", name]
     linger = args.linger if args.linger is not None else host.grace
     if linger is not None:
         remote += ["--linger", f"{linger:g}"]
@@ -283,12 +291,58 @@ def _new_there(host_name: str, args: Namespace) -> int:
         remote += ["--", *args.command]
     if not args.detach and not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
-    made = run_remote(host, remote, timeout=host.timeout)
-    name = made.stdout.decode(errors="replace").strip()
-    if made.returncode != 0 or not name:
-        return _remote.passed(made)
-    _remote.record_made(host, check_name(name))  # saved here as HOST:NAME, for restore
+    if target is not None:
+        _remote.note_asked(target, True)
+    try:
+        made = run_remote(host, remote, timeout=host.timeout)
+    except HostFailure as exc:
+        return _link_died(host, name, exc, args)
+    if target is not None:
+        _remote.note_asked(target, False)  # made, or refused: known either way
+    made_name = made.stdout.decode(errors="replace").strip()
+    if made.returncode != 0 or not made_name:
+        return _remote.passed(made, host_name)
+    _remote.record_made(host, check_name(made_name))  # saved here as HOST:NAME, for restore
     if args.detach:
-        return _remote.passed(made)
-    words = ["attach", *_over_ssh.detach_words(args), check_name(name)]
+        return _remote.passed(made, host_name)
+    words = ["attach", *_over_ssh.detach_words(args), check_name(made_name)]
+    return _over_ssh.interactive(host, words, args.detach_key)
+
+
+def _link_died(host: Host, name: str | None, exc: HostFailure, args: Namespace) -> int:
+    """``new --host`` whose ssh failed: before the host made the session, or
+    after (the link died while the host answered). A session the host lists
+    under the name asked for is the one made; else the failure, saying what
+    finds it."""
+    from multiserver_cli import _remote
+    from multiserver_cli._state import warn
+
+    if exc.kind not in ("unreachable", "silent"):  # it ran there, and said no
+        if name is not None:
+            _remote.note_asked(f"{host.name}:{name}", False)
+        raise exc
+    if name is None:
+        raise CliError(f"{exc}; a session may have been made there (`multiserver ls` lists it)")
+    found = _remote.find_made(host, name)
+    if found is None:
+        raise CliError(
+            f"{exc}; {host.name}:{name} may have been made there: the same command again finds it"
+        )
+    warn(f"{host.name}: the link died after {found.name} was made there; it runs")
+    return _made_there(host, found, args)
+
+
+def _made_there(host: Host, leaf: SessionLeaf, args: Namespace) -> int:
+    """A session the host made for an earlier try (its link died): saved
+    here, and told or attached as if just made."""
+    from multiserver_cli import _remote
+    from multiserver_cli.attach import _over_ssh
+
+    _remote.save_made(leaf)
+    _remote.note_asked(leaf.name, False)
+    name = leaf.name.rpartition(":")[2]
+    if args.detach:
+        print(name)
+        return 0
+    words = ["attach", *_over_ssh.detach_words(args), name]
     return _over_ssh.interactive(host, words, args.detach_key)

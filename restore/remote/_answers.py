@@ -70,6 +70,8 @@ def parse_listing(host: str, answer: object) -> list[RemoteSession]:
     for raw in answer:
         if not isinstance(raw, dict):
             raise ValueError("its ls --json holds something that is not a session")
+        if raw.get("id", 0) is None:
+            continue  # saved there, with no live child: nothing of it runs to reach
         child = listed_child(raw, f"{host}:{raw['name']}")
         waiting = None
         if not child.held:
