@@ -128,12 +128,14 @@ def ls_table(
     waiting: list[tuple[int, int] | None] | None = None,
     saved: Sequence[tuple[SessionLeaf, str]] = (),
     notes: Sequence[str | None] = (),
+    elsewhere: Sequence[tuple[SessionLeaf, str]] = (),
 ) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
     children come from more than one). ``waiting``: each child's WAITING
     figures (default: what its daemon buffers). ``saved``: saved sessions
     with no live child and their STATE, listed after the children (WAITING:
-    their saved output). ``notes``: what each child's STATE adds, if
+    their saved output); ``elsewhere``: saved sessions of hosts that do not
+    list them, with why. ``notes``: what each child's STATE adds, if
     anything. An argv or cwd that is not UTF-8 is shown escaped
     (``caf\\xe9``)."""
     if waiting is None:
@@ -169,4 +171,15 @@ def ls_table(
             human_bytes(len(leaf.scrollback or b"")),
         ]
         rows.append(row if daemons is None else [row[0], "-", *row[1:]])
+    for leaf, why in elsewhere:  # saved sessions of hosts that do not list them
+        row = [
+            leaf.name,
+            f"saved, not running: {why}",
+            "-",
+            _truncate(shlex.join(escaped(a) for a in leaf.argv), 40),
+            _truncate(escaped(leaf.cwd), 40),
+            human_age(now - leaf.created_at) if leaf.created_at else "-",
+            "-",
+        ]
+        rows.append(row if daemons is None else [row[0], leaf.host or "-", *row[1:]])
     return table(header, rows)

@@ -80,6 +80,9 @@ class Survey:
     silent: frozenset[str] = frozenset()
     saved: Sequence[SessionLeaf] = ()
     problems: Sequence[str] = ()  # one line each, for messages
+    # Saved sessions of other hosts (HOST:NAME): never a name here, but
+    # what a person who types NAME alone may mean.
+    elsewhere: Sequence[str] = ()
 
 
 @record
@@ -96,6 +99,9 @@ class Session:
     leaf: SessionLeaf | None = None  # a saved session with no live child
     why_not_running: str = ""  # for it
     late_of: str = ""  # a live child: the saved session whose late original it is
+    # Its daemon did not answer: its program may well run there still, and
+    # nothing may advise forgetting it or starting it again.
+    unanswered: bool = False
 
     @property
     def renamed(self) -> bool:
@@ -175,7 +181,18 @@ def sessions(survey: Survey) -> list[Session]:
             continue
         why = _why_not_running(leaf, answered, silent)
         socket = "" if leaf.ref is None else leaf.ref.socket
-        out.append(Session(leaf.name, socket, None, saved=True, leaf=leaf, why_not_running=why))
+        unanswered = leaf.ref is not None and _norm(leaf.ref.socket) in silent
+        out.append(
+            Session(
+                leaf.name,
+                socket,
+                None,
+                saved=True,
+                leaf=leaf,
+                why_not_running=why,
+                unanswered=unanswered,
+            )
+        )
     return out
 
 
@@ -192,6 +209,15 @@ def _why_not_running(leaf: SessionLeaf, answered: dict[str, str], silent: set[st
     if socket in silent:
         return f"{label} did not answer"
     return f"{label} is not running"
+
+
+def advice(saved: Session) -> str:
+    """What to do about ``saved``, a saved session with no live child: a
+    session whose daemon only did not answer may run there still, and is
+    neither forgotten nor started again on that word."""
+    if saved.unanswered:
+        return "its program may run there still: try again once it answers"
+    return f"`multiserver restore` brings it back, `multiserver kill {saved.name}` forgets it"
 
 
 def taken(survey: Survey) -> set[str]:
@@ -240,10 +266,7 @@ def new_name_conflict(survey: Survey, name: str) -> str | None:
         )
     if owners:
         (saved,) = owners  # saved names are unique
-        return (
-            f"a session named {name!r} is {saved.state}; `multiserver restore` brings it"
-            f" back, `multiserver kill {name}` forgets it; or choose another name"
-        )
+        return f"a session named {name!r} is {saved.state}; {advice(saved)}; or choose another name"
     for s in sessions(survey):
         if s.renamed and s.daemon_name == name:
             return (
@@ -311,14 +334,19 @@ def resolve(
     for s in every:
         if s.child is None and s.name == name:
             return SavedOnly(s)
-    return Missing(f"no session named {name!r}{_hint(survey, name)}")
+    return Missing(f"no session named {name!r}{_hint(survey, name, command)}")
 
 
-def _hint(survey: Survey, name: str) -> str:
+def _hint(survey: Survey, name: str, command: str) -> str:
     notes = [
         f"daemon {s.daemon} calls the session {s.name!r} so"
         for s in sessions(survey)
         if s.renamed and s.daemon_name == name
+    ]
+    notes += [
+        f"{there} is a session of host {there.partition(':')[0]}: multiserver {command} {there}"
+        for there in survey.elsewhere
+        if there.partition(":")[2] == name
     ]
     notes += list(survey.problems)
     return f" ({'; '.join(notes)})" if notes else ""
@@ -371,12 +399,10 @@ def plan_new(
         if isinstance(found, SavedOnly):
             leaf = found.session.leaf
             assert leaf is not None
-            ref = leaf.ref
-            if ref is not None and _norm(ref.socket) in {_norm(s) for s in survey.silent}:
+            if found.session.unanswered:
                 # Its program may well run there: a second one is not started.
                 return Refused(
-                    f"session {name!r} is {found.session.state}; its program may run there"
-                    " still: try again once it answers"
+                    f"session {name!r} is {found.session.state}; {advice(found.session)}"
                 )
             return Create(name, explicit=True, saved=leaf)
         problem = name_problem(name, new=True)

@@ -39,6 +39,7 @@ from multiserver_cli._names import (
     SavedOnly,
     Session,
     Survey,
+    advice,
     name_problem,
     resolve,
 )
@@ -165,9 +166,13 @@ def survey(saved: Saved, number: int | None = None) -> Survey:
     whose runtime dirs differ (one with ``$XDG_RUNTIME_DIR``, an ssh login
     without) names daemons of the other's."""
     leaves = saved.leaves()
-    refs = (leaf.ref.socket for leaf in leaves if leaf.ref is not None and leaf.host is None)
+    # Another host's sessions (HOST:NAME) are that host's to answer for:
+    # no daemon here has them, and their names cannot be one here.
+    here = [leaf for leaf in leaves if leaf.host is None]
+    elsewhere = [leaf.name for leaf in leaves if leaf.host is not None]
+    refs = (leaf.ref.socket for leaf in here if leaf.ref is not None)
     result = scan(number, also=refs)
-    return Survey(result.daemons, result.silent, leaves, result.problems)
+    return Survey(result.daemons, result.silent, here, result.problems, elsewhere)
 
 
 @record
@@ -233,10 +238,7 @@ def live_or_fail(name: str, found: Resolution | Located) -> Located:
     if isinstance(found, Found):
         return located(found.session)
     if isinstance(found, SavedOnly):
-        raise CliError(
-            f"session {name!r} is {found.session.state}; `multiserver restore` brings it"
-            f" back, `multiserver kill {name}` forgets it"
-        )
+        raise CliError(f"session {name!r} is {found.session.state}; {advice(found.session)}")
     raise CliError(found.message)
 
 

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 # What this multiserver's command line can do beyond the protocol, for the
 # other end of an ssh to ask (``version --json``). attach-relay: ``attach
 # --relay`` (attach/_relay); a remote without it is attached through ``ssh -tt``.
-FEATURES = ("attach-relay",)
+# host-label: ``attach --host-label HOST`` says its refusals as ``HOST: ...``
+# (the person is on another machine, which calls this one HOST).
+FEATURES = ("attach-relay", "host-label")
 
 
 def version_info() -> dict[str, object]:

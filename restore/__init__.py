@@ -100,6 +100,7 @@ EXPORTS = {
     "restore.remote._restore": ("Carried", "HostAttachment", "carry_out", "restore_hosts"),
     "restore.remote._ssh": (
         "SSH_FAILED",
+        "exit_argv",
         "remote_json",
         "run_remote",
         "ssh_argv",

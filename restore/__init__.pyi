@@ -103,6 +103,7 @@ from restore.remote._restore import (
 )
 from restore.remote._ssh import (
     SSH_FAILED as SSH_FAILED,
+    exit_argv as exit_argv,
     remote_json as remote_json,
     run_remote as run_remote,
     ssh_argv as ssh_argv,

@@ -44,7 +44,7 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
     check_name(name)
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    relay = _reach(host)
+    features = _reach(host)
     _remote.bring_back(host, name)
     # A session started again there (by restore, or just now): its notice
     # (the saved scrollback, the marker and why) first, once.
@@ -52,7 +52,10 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
         notice = take_notice(saved, f"{host_name}:{name}")
     if notice:
         os.write(sys.stdout.fileno(), notice)
-    return interactive(host, ["attach", *detach_words(args), name], args.detach_key, relay)
+    words = ["attach", *detach_words(args)]
+    if "host-label" in features:  # its refusals name this host (as `rh: ...`)
+        words += ["--host-label", host_name]
+    return interactive(host, [*words, name], args.detach_key, "attach-relay" in features)
 
 
 def detach_words(args: Namespace) -> list[str]:
@@ -80,7 +83,7 @@ def interactive(
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     if relay is None:
-        relay = _reach(host)
+        relay = "attach-relay" in _reach(host)
     # A person is here: ssh may ask for a passphrase (the shared connection
     # is up already, made by _reach, so it seldom has to).
     if relay:
@@ -114,15 +117,18 @@ def interactive(
             return 0
 
 
-def _reach(host: Host) -> bool:
+def _reach(host: Host) -> frozenset[str]:
     """One round trip first, a person at the terminal (ssh may ask for a
     passphrase: a deferred host is brought back so): a host that cannot be
     reached is one line, not a reconnect loop; and the shared connection is
-    up for what follows. Whether its attach can be relayed (``_relay``)."""
+    up for what follows. What its command line can do (``_version.FEATURES``:
+    whether its attach can be relayed, ``_relay``, and so on)."""
     answer = remote_json(host, ["version", "--json"], timeout=host.timeout, batch=False)
     compatible(answer, host)
     features = answer.get("features") if isinstance(answer, dict) else None
-    return isinstance(features, list) and "attach-relay" in features
+    if not isinstance(features, list):
+        return frozenset()
+    return frozenset(f for f in features if isinstance(f, str))
 
 
 def _waits() -> Iterator[float]:

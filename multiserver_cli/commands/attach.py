@@ -31,10 +31,27 @@ def add_arguments(p: ArgumentParser) -> None:
     # `attach HOST:NAME` runs `attach --relay NAME` there: the terminal is
     # relayed over ssh's stdin and stdout, not a PTY of sshd's (attach/_relay).
     p.add_argument("--relay", action="store_true", help=argparse.SUPPRESS)
+    # Run so by `attach HOST:NAME` elsewhere: what that machine calls this one.
+    p.add_argument("--host-label", metavar="HOST", help=argparse.SUPPRESS)
     p.add_argument("name", metavar="NAME")
 
 
 def run(args: Namespace) -> int:
+    if args.host_label is None:
+        return _run(args)
+    from multiserver import MultiserverError
+    from multiserver_cli._errors import UsageError
+
+    try:
+        return _run(args)
+    except UsageError:
+        raise
+    except MultiserverError as exc:  # said on another machine: which host says it
+        status = exc.status if isinstance(exc, CliError) else 1
+        raise CliError(f"{args.host_label}: {exc}", status) from None
+
+
+def _run(args: Namespace) -> int:
     from multiserver_cli import _state
     from multiserver_cli._names import split_target
     from multiserver_cli._sessions import check_name, live_or_fail, lookup, saved_end

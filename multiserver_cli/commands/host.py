@@ -147,7 +147,10 @@ def _rm(args: Namespace) -> int:
     hosts = load_hosts()
     if args.name not in hosts:
         raise CliError(f"no host named {args.name}")
-    del hosts[args.name]
+    gone = hosts.pop(args.name)
     save_hosts(hosts)
+    from multiserver_cli._remote import stop_connections
+
+    stop_connections([gone])  # ssh's shared connection to it, kept for nothing now
     print(f"removed {args.name}", file=sys.stderr)
     return 0

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from multiserver import ChildInfo, SyncClient
     from multiserver_cli._names import Session
     from multiserver_cli._sessions import Located
-    from restore import ArrangementStore, SessionLeaf
+    from restore import ArrangementStore, Host, SessionLeaf
 
 NAME = "kill"
 HELP = "end a session (SIGHUP, then SIGKILL after 3 s) and forget it"
@@ -113,10 +113,32 @@ def _kill_there(host_name: str, name: str, args: Namespace) -> int:
 
     host = host_of(host_name)
     extra = [] if args.signal is None else ["-s", str(args.signal)]
-    status = passed(run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout))
+    done = run_remote(host, ["kill", *extra, check_name(name)], timeout=host.timeout)
+    if done.returncode != 0 and args.signal is None and _gone_there(host, name):
+        # Saved here, gone there (its grace window elapsed): forgotten, as
+        # `kill NAME` forgets a saved session whose program is gone.
+        forget_made(f"{host_name}:{name}")
+        print(
+            f"{host_name}:{name}: forgot the saved session (gone from {host_name})", file=sys.stderr
+        )
+        return 0
+    status = passed(done, host_name)
     if status == 0 and args.signal is None:
         forget_made(f"{host_name}:{name}")
     return status
+
+
+def _gone_there(host: Host, name: str) -> bool:
+    """Whether ``HOST:NAME`` is saved here and its host, asked, does not
+    have it."""
+    from multiserver_cli import _state
+    from multiserver_cli._remote import ask_host
+
+    with _state.open_saved() as saved:
+        if saved.find(f"{host.name}:{name}") is None:
+            return False
+    answer = ask_host(host, host.timeout)
+    return answer.kind == "listed" and name not in answer.sessions
 
 
 def _staged(

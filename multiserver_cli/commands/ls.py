@@ -41,6 +41,7 @@ def run(args: Namespace) -> int:
 
     with _state.open_saved() as saved:
         view = survey(saved, _args.only_daemon(args))
+        theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
     for problem in view.problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     # Each child under the name `attach` takes: its saved session's, if any.
@@ -59,7 +60,7 @@ def run(args: Namespace) -> int:
         {d.instance_id for d in view.daemons},
         all_seen=not args.daemon_given and not view.problems,
     )
-    remote, remote_problems = _remote_sessions(args)
+    remote, remote_problems, gone = _remote_sessions(args, theirs)
     for problem in remote_problems:
         print(f"multiserver: {problem}", file=sys.stderr)
     if args.json:
@@ -67,17 +68,19 @@ def run(args: Namespace) -> int:
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
             + [_saved_json(leaf, state) for leaf, state in kept]
             + [{**r.raw, "host": r.host} for r in remote]
+            + [_saved_there_json(leaf, why) for leaf, why in gone]
         )
-    elif rows or kept or remote:
+    elif rows or kept or remote or gone:
         daemons = [s.daemon for s in rows] + [r.host for r in remote]
         print(
             ls_table(
                 [s.child for s in rows if s.child is not None] + [r.child for r in remote],
                 time.time(),
-                daemons=daemons if len(set(daemons)) > 1 else None,
+                daemons=daemons if len(set(daemons)) > 1 or gone else None,
                 waiting=waiting + [r.waiting for r in remote],
                 notes=[_note(s) for s in rows] + [None] * len(remote),
                 saved=kept,
+                elsewhere=gone,
             )
         )
     elif not view.problems and not remote_problems:
@@ -87,11 +90,15 @@ def run(args: Namespace) -> int:
     return 1 if view.problems or remote_problems else 0
 
 
-def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
+def _remote_sessions(
+    args: Namespace, theirs: list[SessionLeaf]
+) -> tuple[list[RemoteSession], list[str], list[tuple[SessionLeaf, str]]]:
     """The sessions of every configured host (none when ``--daemon N``
-    narrows ls to a local daemon)."""
+    narrows ls to a local daemon), the lines of those that could not be
+    listed, and the saved sessions of hosts (``theirs``) that their host
+    does not list, each with why (``_remote.not_listed``)."""
     if args.daemon_given:
-        return [], []
+        return [], [], []
     from restore import HostsFileError, load_hosts
 
     try:
@@ -99,12 +106,46 @@ def _remote_sessions(args: Namespace) -> tuple[list[RemoteSession], list[str]]:
     except HostsFileError as exc:
         # Said as a host that could not be listed is: the local sessions
         # are listed all the same.
-        return [], [str(exc)]
-    if not hosts:
-        return [], []
-    from multiserver_cli._remote import list_hosts
+        return [], [str(exc)], []
+    if not hosts and not theirs:
+        return [], [], []
+    from multiserver_cli._remote import list_hosts, not_listed
 
-    return list_hosts(list(hosts.values()))
+    remote, problems, unanswered = list_hosts(list(hosts.values()))
+    return remote, problems, not_listed(theirs, remote, list(hosts), unanswered)
+
+
+def _saved_there_json(leaf: SessionLeaf, why: str) -> dict[str, object]:
+    """A saved session of another host that it does not list, for ``ls
+    --json``: as a host's row (its name there, ``host``), with no live
+    child (``id`` null), state "not running" and why (``detail``), as a
+    local one has them."""
+    from multiserver import escaped
+
+    ref = leaf.ref
+    return {
+        "name": leaf.name.partition(":")[2],
+        "host": leaf.host,
+        "id": None,
+        "pid": None,
+        "state": "not running",
+        "detail": f"saved, not running: {why}",
+        "exit_code": None,
+        "argv": [escaped(a) for a in leaf.argv],
+        "cwd": escaped(leaf.cwd),
+        "tty": None,
+        "held": False,
+        "buffered_bytes": 0,
+        "dropped_bytes": 0,
+        "started_at": leaf.created_at or None,
+        "exited_at": None,
+        "linger": None,
+        "socket": None if ref is None else ref.socket,
+        "daemon_instance": None if ref is None else ref.instance_id,
+        "saved": True,
+        "waiting_bytes": 0,
+        "waiting_dropped_bytes": 0,
+    }
 
 
 def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
@@ -163,6 +204,8 @@ def _saved_state(s: Session) -> str:
     if ended is not None:
         assert ended.exit_code is not None
         return f"{describe_exit(ended.exit_code)} (saved: its daemon is gone)"
+    if s.unanswered:  # its program may well run there still
+        return f"saved, not seen: {s.why_not_running}; its program may run there still"
     return f"saved, not running: {s.why_not_running}; restore starts it again"
 
 

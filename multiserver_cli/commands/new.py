@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from multiserver import LaunchResult, SyncClient
     from multiserver_cli._names import Create, Survey
     from multiserver_cli._state import Saved
+    from restore import Host, HostFailure, SessionLeaf
 
 NAME = "new"
 HELP = "start a session and attach to it (-d: leave it detached)"
@@ -59,6 +60,10 @@ def add_arguments(p: ArgumentParser) -> None:
         help="start it on that host (multiserver host add), with the host's grace window"
         " as its --linger",
     )
+    # Run here by another host's restore (restore.remote's start_request):
+    # session NAME, gone, started again here (-A -d); its first attach
+    # shows what this host saved of it, then the marker and WHY.
+    p.add_argument("--relaunch", metavar="WHY", help=argparse.SUPPRESS)
     _args.env_options(p)
     _args.detach_options(p)
     p.add_argument(
@@ -81,6 +86,10 @@ def run(args: Namespace) -> int:
         raise UsageError(f"bad --window {args.window!r}: {problem}")
     if args.host is not None:
         return _new_there(args.host, args)
+    if args.relaunch is not None:
+        if args.name is None:
+            raise CliError("--relaunch needs a session name (-n NAME)", 2)
+        args.attach_existing = args.detach = True
     from multiserver_cli import _state
     from multiserver_cli._names import Found, Refused, plan_new
     from multiserver_cli._sessions import check_name, located, scope_of, survey
@@ -99,6 +108,9 @@ def run(args: Namespace) -> int:
         if isinstance(plan, Refused):
             raise CliError(plan.message)
         if isinstance(plan, Found):
+            if args.relaunch is not None:  # it runs: nothing to start (asked twice)
+                print(plan.session.name)
+                return 0
             from multiserver_cli.commands.attach import attach_found
 
             return attach_found(args, located(plan.session), saved)
@@ -172,15 +184,52 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             linger=args.linger,
             hold=not args.detach,
         )
+        screen = _saved_screen(saved, plan.name) if args.relaunch is not None else None
         _state.record_new(
             saved, launched.child, client.socket_path, client.instance_id, args.window, argv
         )
+        if args.relaunch is not None:
+            _keep_screen(saved, launched.child.name, screen, args.relaunch)
         ensure_saver()  # what it shows is kept while nobody holds it
         if args.detach:
             print(launched.child.name)
             return 0
         assert launched.master is not None
         return attach_held(args, client, launched.child, launched.master, b"", saved)
+
+
+def _saved_screen(saved: Saved, name: str) -> SessionLeaf | None:
+    """The saved session ``name`` with its bytes fields (what it showed),
+    read before the new child's record replaces it."""
+    store = saved.store()
+    if store is None:
+        return None
+    from restore import StoreError
+
+    try:
+        return store.load().find(name)
+    except StoreError:
+        return None
+
+
+def _keep_screen(saved: Saved, name: str, old: SessionLeaf | None, why: str) -> None:
+    """``--relaunch``: the session ``name`` just started again keeps, for
+    its first attach, what its earlier run showed (``old``'s scrollback and
+    unseen notice) and the marker saying ``why`` (``relaunch_notice``)."""
+    from multiserver import replaced
+    from multiserver_cli._state import warn
+    from restore import StoreError, relaunch_notice
+
+    store = saved.store()
+    if store is None:
+        return
+    try:
+        new = store.load().find(name)
+        if new is None:
+            return
+        store.update_session(replaced(new, notice=relaunch_notice(old or new, why)))
+    except (StoreError, KeyError) as exc:
+        warn(f"{name}: its earlier screen not kept: {exc}")
 
 
 def _launch(
@@ -216,7 +265,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
     from multiserver_cli import _remote
     from multiserver_cli._sessions import check_name
     from multiserver_cli.attach import _over_ssh
-    from restore import run_remote
+    from restore import HostFailure, run_remote
 
     host = _remote.host_of(host_name)
     if args.attach_existing:
@@ -228,9 +277,17 @@ def _new_there(host_name: str, args: Namespace) -> int:
                 print(args.name)
                 return 0
             return _over_ssh.attach_there(host_name, args.name, args)
+    name = None if args.name is None else check_name(args.name, new=True)
+    target = None if name is None else f"{host_name}:{name}"
+    if target is not None and _remote.was_asked(target):
+        # An earlier `new` of it lost its link: what the host has under
+        # that name is what it made (a retry is no second session).
+        found = _remote.find_made(host, args.name)
+        if found is not None:
+            return _made_there(host, found, args)
     remote = ["new"]
-    if args.name is not None:
-        remote += ["-n", check_name(args.name, new=True)]
+    if name is not None:
+        remote += ["-n", name]
     linger = args.linger if args.linger is not None else host.grace
     if linger is not None:
         remote += ["--linger", f"{linger:g}"]
@@ -241,12 +298,58 @@ def _new_there(host_name: str, args: Namespace) -> int:
         remote += ["--", *args.command]
     if not args.detach and not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
-    made = run_remote(host, remote, timeout=host.timeout)
-    name = made.stdout.decode(errors="replace").strip()
-    if made.returncode != 0 or not name:
-        return _remote.passed(made)
-    _remote.record_made(host, check_name(name))  # saved here as HOST:NAME, for restore
+    if target is not None:
+        _remote.note_asked(target, True)
+    try:
+        made = run_remote(host, remote, timeout=host.timeout)
+    except HostFailure as exc:
+        return _link_died(host, name, exc, args)
+    if target is not None:
+        _remote.note_asked(target, False)  # made, or refused: known either way
+    made_name = made.stdout.decode(errors="replace").strip()
+    if made.returncode != 0 or not made_name:
+        return _remote.passed(made, host_name)
+    _remote.record_made(host, check_name(made_name))  # saved here as HOST:NAME, for restore
     if args.detach:
-        return _remote.passed(made)
-    words = ["attach", *_over_ssh.detach_words(args), check_name(name)]
+        return _remote.passed(made, host_name)
+    words = ["attach", *_over_ssh.detach_words(args), check_name(made_name)]
+    return _over_ssh.interactive(host, words, args.detach_key)
+
+
+def _link_died(host: Host, name: str | None, exc: HostFailure, args: Namespace) -> int:
+    """``new --host`` whose ssh failed: before the host made the session, or
+    after (the link died while the host answered). A session the host lists
+    under the name asked for is the one made; else the failure, saying what
+    finds it."""
+    from multiserver_cli import _remote
+    from multiserver_cli._state import warn
+
+    if exc.kind not in ("unreachable", "silent"):  # it ran there, and said no
+        if name is not None:
+            _remote.note_asked(f"{host.name}:{name}", False)
+        raise exc
+    if name is None:
+        raise CliError(f"{exc}; a session may have been made there (`multiserver ls` lists it)")
+    found = _remote.find_made(host, name)
+    if found is None:
+        raise CliError(
+            f"{exc}; {host.name}:{name} may have been made there: the same command again finds it"
+        )
+    warn(f"{host.name}: the link died after {found.name} was made there; it runs")
+    return _made_there(host, found, args)
+
+
+def _made_there(host: Host, leaf: SessionLeaf, args: Namespace) -> int:
+    """A session the host made for an earlier try (its link died): saved
+    here, and told or attached as if just made."""
+    from multiserver_cli import _remote
+    from multiserver_cli.attach import _over_ssh
+
+    _remote.save_made(leaf)
+    _remote.note_asked(leaf.name, False)
+    name = leaf.name.rpartition(":")[2]
+    if args.detach:
+        print(name)
+        return 0
+    words = ["attach", *_over_ssh.detach_words(args), name]
     return _over_ssh.interactive(host, words, args.detach_key)

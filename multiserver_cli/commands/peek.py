@@ -85,4 +85,6 @@ def _peek_there(host_name: str, name: str, args: Namespace) -> int:
 
     host = host_of(host_name)
     extra = [] if args.bytes is None else ["--bytes", str(args.bytes)]
-    return passed(run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout))
+    return passed(
+        run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout), host_name
+    )

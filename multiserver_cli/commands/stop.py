@@ -30,6 +30,23 @@ def run(args: Namespace) -> int:
                 raise CliError(exc.message) from None
     except DaemonNotRunning:
         print(f"no daemon running at {paths.socket}", file=sys.stderr)
-        return 0
-    print(f"stopped the daemon at {paths.socket}", file=sys.stderr)
+    else:
+        print(f"stopped the daemon at {paths.socket}", file=sys.stderr)
+    if args.force:
+        _stop_connections()
     return 0
+
+
+def _stop_connections() -> None:
+    """``--force``: ssh's shared connections to the hosts go too (they
+    would otherwise outlive it by ControlPersist); their sessions run on."""
+    from restore import HostsFileError, load_hosts
+
+    try:
+        hosts = load_hosts()
+    except HostsFileError:
+        return  # said by the commands that use hosts; nothing to stop here
+    if hosts:
+        from multiserver_cli._remote import stop_connections
+
+        stop_connections(list(hosts.values()))

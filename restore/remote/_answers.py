@@ -4,7 +4,7 @@ A host is asked with its own ``multiserver ls --json``; its rows become
 ChildInfo (``listed_child``), the command line's rows (``parse_listing``)
 or the restore's HostAnswer (``host_answer``), and a failure to ask
 becomes the HostAnswer of its kind (``failed_answer``). A session is made
-there with ``new -d`` (``start_request``) and saved here from the row its
+there with ``new --relaunch`` (``start_request``) and saved here from the row its
 host lists for it (``leaf_there``).
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import attrs
 
 from multiserver import ChildInfo
-from restore._plan import HostAnswer, HostChild, relaunch_notice
+from restore._plan import HostAnswer, HostChild
 from restore.remote._errors import HostFailure
 from restore.remote._hosts import Host
 from restore.store._model import RestorationRef, SessionLeaf
@@ -71,6 +71,8 @@ def parse_listing(host: str, answer: object) -> list[RemoteSession]:
     for raw in answer:
         if not isinstance(raw, dict):
             raise ValueError("its ls --json holds something that is not a session")
+        if raw.get("id", 0) is None:
+            continue  # saved there, with no live child: nothing of it runs to reach
         name = raw.get("name")
         if not isinstance(name, str):
             raise ValueError(f"its ls --json holds a session with no name: {str(raw)[:60]!r}")
@@ -133,10 +135,14 @@ def failed_answer(failure: HostFailure) -> HostAnswer:
     return HostAnswer("failed", failure.host, why=str(failure))
 
 
-def start_request(host: Host, name: str, argv: Sequence[str], cwd: str) -> list[str]:
-    """``new -d`` of session ``name`` on ``host`` in ``cwd``, with its grace
-    window as linger."""
-    remote = ["new", "-d", "-n", name, "--cwd", cwd]
+def start_request(host: Host, name: str, argv: Sequence[str], cwd: str, why: str) -> list[str]:
+    """Session ``name``, gone from ``host``, started again there in ``cwd``
+    with its grace window as linger (``new --relaunch WHY``, which is ``-A
+    -d``): a session of that name running there is taken as it; one the
+    host saved, not running (the host rebooted: its store still names it)
+    starts again keeping what the host saved of its screen; either way its
+    first attach there shows that screen, then the marker and ``why``."""
+    remote = ["new", "--relaunch", why, "-d", "-n", name, "--cwd", cwd]
     if host.grace is not None:
         remote += ["--linger", f"{host.grace:g}"]
     if argv:
@@ -171,10 +177,10 @@ def leaf_there(host: Host, name: str, got: object) -> SessionLeaf:
     raise HostFailure(host.name, "error", f"{host.name}: no session {name} there after starting it")
 
 
-def started_again(leaf: SessionLeaf, made: SessionLeaf, why: str) -> SessionLeaf:
+def started_again(leaf: SessionLeaf, made: SessionLeaf) -> SessionLeaf:
     """``leaf`` as it is saved once started again on its host: the child
-    there that ``made`` (``leaf_there``) names, the relaunch notice saying
-    ``why`` for its first attach, nothing of the old run's scrollback or
-    exit."""
-    notice = relaunch_notice(leaf, why)
-    return attrs.evolve(leaf, ref=made.ref, notice=notice, scrollback=None, exit_code=None)
+    there that ``made`` (``leaf_there``) names, nothing of the old run's
+    scrollback or exit. Its notice is the host's to show (``start_request``:
+    the host saved the screen, and the attach there replays it before the
+    marker); one here that nobody saw yet stays, shown first."""
+    return attrs.evolve(leaf, ref=made.ref, scrollback=None, exit_code=None)

@@ -99,16 +99,19 @@ async def ask_host_async(host: Host) -> HostAnswer:
         return failed_answer(exc)
 
 
-async def start_there_async(host: Host, leaf: SessionLeaf) -> SessionLeaf:
+async def start_there_async(host: Host, leaf: SessionLeaf, why: str) -> SessionLeaf:
     """``leaf`` (a session of ``host`` that is gone there) started again
-    there in its saved cwd: its new ref there. HostFailure if it could not
-    be.
+    there in its saved cwd (``start_request``: with what the host saved of
+    its screen, then the marker and ``why``): its new ref there.
+    HostFailure if it could not be.
 
     Cancellation: a session may have been started there, not saved here;
     the next restore finds it there under its name and takes it as the
     session (``decide_remote``)."""
     name = leaf.name.rpartition(":")[2]
-    succeeded(host, await run_remote_async(host, start_request(host, name, leaf.argv, leaf.cwd)))
+    succeeded(
+        host, await run_remote_async(host, start_request(host, name, leaf.argv, leaf.cwd, why))
+    )
     return leaf_there(host, name, await remote_json_async(host, LS))
 
 
@@ -168,13 +171,13 @@ async def carry_out(
         return Carried(leaf, "failed", f"{d.detail}; not started: the restore's deadline")
     try:
         with trio.fail_at(min(trio.current_time() + step, until)):
-            made = await start_there_async(host, leaf)
+            made = await start_there_async(host, leaf, d.reason or d.detail)
     except trio.TooSlowError:
         why = f"{host.name}: no answer within {step:.3g} s"
         return Carried(leaf, "failed", f"{d.detail}; relaunch failed: {why}")
     except HostFailure as exc:
         return Carried(leaf, "failed", f"{d.detail}; relaunch failed: {exc}")
-    new = started_again(leaf, made, d.reason or d.detail)
+    new = started_again(leaf, made)
     return Carried(new, d.outcome, _saved(store, new, d.detail))
 
 

@@ -65,6 +65,13 @@ def ssh_argv(
     return [*ssh_command(), *options, "--", host.dest, line]
 
 
+def exit_argv(host: Host) -> list[str]:
+    """The ssh command that stops the shared connection ``ssh_argv`` opens
+    to ``host`` (``-O exit`` on the same control path)."""
+    control = ["-o", f"ControlPath={control_dir()}/%C", "-O", "exit"]
+    return [*ssh_command(), *control, "--", host.dest]
+
+
 def ssh_command() -> list[str]:
     """``ssh``, or ``$MULTISERVER_SSH`` split into words (as git's
     ``GIT_SSH_COMMAND``: e.g. ``ssh -F ~/.ssh/work_config``)."""

@@ -33,6 +33,14 @@ from tests.restore.test_plan import child as plan_child
 RUN = Path("/run/ms")
 
 
+@pytest.fixture(autouse=True)
+def _run_is_a_socket_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RUN is this login's socket dir: its daemons are labelled by number."""
+    from multiserver_cli import _format
+
+    monkeypatch.setattr(_format, "_DIRS", [str(RUN)])
+
+
 def sock(n: int) -> Path:
     return RUN / f"multiserver-daemon-{n}.socket"
 

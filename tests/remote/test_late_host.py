@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from adopter import ORPHAN_NOTICE, ORPHAN_WINDOW
-from restore import ArrangementStore
+from restore import ArrangementStore, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
 from tests.conftest import MsDirs
 from tests.remote.conftest import Remote
@@ -43,6 +43,12 @@ def remote_ls(sshd: Remote) -> dict[str, dict[str, Any]]:
         ["sh", "-c", f"{sshd.command} ls --json"], capture_output=True, timeout=60, check=True
     )
     return {s["name"]: s for s in json.loads(done.stdout) if s.get("host") is None}
+
+
+def saved_there(sshd: Remote, name: str) -> SessionLeaf | None:
+    """The session ``name`` as the host's own store keeps it."""
+    with ArrangementStore.open(sshd.root / "state" / "arrangement.sqlite3") as store:
+        return store.load().find(name)
 
 
 def restore(ms_dirs: MsDirs, sshd: Remote) -> tuple[dict[str, Any], float]:
@@ -119,7 +125,10 @@ def test_a_host_that_answers_late_goes_to_the_adopter(ms_dirs: MsDirs, sshd: Rem
     # The one gone there runs again, from its saved cwd, with its marker.
     job = arrangement.find("late:job")
     assert job is not None and job.ref is not None and job.ref != job_before.ref
-    assert job.notice is not None and RELAUNCH_MARKER.encode() in job.notice
+    # Its marker waits there, where the screen it shows first is kept.
+    job_there = saved_there(sshd, "job")
+    assert job_there is not None and job_there.notice is not None
+    assert RELAUNCH_MARKER.encode() in job_there.notice
     assert remote_ls(sshd)["job"]["id"] == job.ref.child_id
     # Nothing of the other name for the machine was taken: db is prompt's.
     assert arrangement.find("late:db") is None

@@ -20,6 +20,7 @@ from tests.cli.conftest import Terminal
 from tests.conftest import MsDirs, daemon_pids_under, kill_children_of, wait_until_sync
 from tests.remote.conftest import Remote
 from tests.remote.test_hosts import person_ssh_env, remotely, run
+from tests.remote.test_late_host import saved_there
 
 
 def add_locked_host(ms_dirs: MsDirs, sshd: Remote, passphrase: str) -> None:
@@ -138,8 +139,9 @@ def test_restore_with_five_hosts_at_once(ms_dirs: MsDirs, sshd: Remote) -> None:
     # The expired one runs there again, its marker waiting for its first attach.
     listed = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
     assert any(s.get("host") == "expiring" and s["name"] == "job" for s in listed)
-    job = saved(ms_dirs)["expiring:job"]
-    assert job.notice is not None and RELAUNCH_MARKER.encode() in job.notice
+    job_there = saved_there(sshd, "job")  # where the screen it shows first is kept
+    assert job_there is not None and job_there.notice is not None
+    assert RELAUNCH_MARKER.encode() in job_there.notice
     # The deferred host is remembered as one that needs a credential.
     hosts = json.loads(run(ms_dirs, sshd, "host", "ls", "--json").stdout)
     assert [h["needs_credential"] for h in hosts if h["name"] == "deferred"] == [True]
