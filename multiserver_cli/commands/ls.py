@@ -120,32 +120,9 @@ def _saved_there_json(leaf: SessionLeaf, why: str) -> dict[str, object]:
     --json``: as a host's row (its name there, ``host``), with no live
     child (``id`` null), state "not running" and why (``detail``), as a
     local one has them."""
-    from multiserver import escaped
 
-    ref = leaf.ref
-    return {
-        "name": leaf.name.partition(":")[2],
-        "host": leaf.host,
-        "id": None,
-        "pid": None,
-        "state": "not running",
-        "detail": f"saved, not running: {why}",
-        "exit_code": None,
-        "argv": [escaped(a) for a in leaf.argv],
-        "cwd": escaped(leaf.cwd),
-        "tty": None,
-        "held": False,
-        "buffered_bytes": 0,
-        "dropped_bytes": 0,
-        "started_at": leaf.created_at or None,
-        "exited_at": None,
-        "linger": None,
-        "socket": None if ref is None else ref.socket,
-        "daemon_instance": None if ref is None else ref.instance_id,
-        "saved": True,
-        "waiting_bytes": 0,
-        "waiting_dropped_bytes": 0,
-    }
+    row = _saved_json(leaf, f"saved, not running: {why}")
+    return {**row, "name": leaf.name.partition(":")[2], "host": leaf.host}
 
 
 def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
