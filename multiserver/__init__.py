@@ -49,7 +49,7 @@ EXPORTS = {
     "multiserver._light_messages": ("LightChildExited", "LightChildTaken"),
     "multiserver._messages": ("ChildExited", "ChildInfo", "ChildTaken"),
     "multiserver._origin": ("DaemonOrigin", "read_origin"),
-    "multiserver._osstr": ("escaped",),
+    "multiserver._osstr": ("escaped", "printable"),
     "multiserver._paths": (
         "SOCKET_RE",
         "DaemonPaths",

@@ -64,6 +64,7 @@ from multiserver._origin import (
 )
 from multiserver._osstr import (
     escaped as escaped,
+    printable as printable,
 )
 from multiserver._paths import (
     SOCKET_RE as SOCKET_RE,

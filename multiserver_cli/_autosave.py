@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import sys
 
+from multiserver import printable
+
 # How often the started saver writes (seconds): the service's period.
 SAVE_EVERY = 5
 # One saver per user at a time (in the runtime dir, next to the daemons'
@@ -80,7 +82,8 @@ def ensure_saver() -> int | None:
             os.close(log)
     except (OSError, MultiserverError) as exc:
         print(
-            f"multiserver: no saver started (what detached sessions show is not kept): {exc}",
+            f"multiserver: no saver started (what detached sessions show is not kept):"
+            f" {printable(str(exc))}",
             file=sys.stderr,
         )
         return None

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from multiserver import MultiserverError, escaped
+from multiserver import MultiserverError, printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import (
@@ -109,6 +109,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _say_error(exc: Exception) -> None:
-    # bytes: an error may quote an argv or a path that is not UTF-8; it is
-    # shown escaped (caf\xe9), as `ls` shows it.
-    print(f"multiserver: {escaped(str(exc))}", file=sys.stderr)
+    # An error may quote a name, an argv or a path: shown printable
+    # (caf\xe9, \x1b), as `ls` shows it.
+    print(f"multiserver: {printable(str(exc), lines=True)}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli._errors import CliError
 
 TYPE_CHECKING = False
@@ -101,7 +102,10 @@ def _add(args: Namespace) -> int:
     hosts[name] = host
     save_hosts(hosts)
     grace = "none" if host.grace is None else f"{host.grace:g} s"
-    print(f"added {name} ({host.dest}, multiserver {remote}, grace {grace})", file=sys.stderr)
+    print(
+        printable(f"added {name} ({host.dest}, multiserver {remote}, grace {grace})"),
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -152,5 +156,5 @@ def _rm(args: Namespace) -> int:
     from multiserver_cli._remote import stop_connections
 
     stop_connections([gone])  # ssh's shared connection to it, kept for nothing now
-    print(f"removed {args.name}", file=sys.stderr)
+    print(printable(f"removed {args.name}"), file=sys.stderr)
     return 0

@@ -43,7 +43,7 @@ def run(args: Namespace) -> int:
         view = survey(saved, _args.only_daemon(args))
         theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
     for problem in view.problems:
-        print(f"multiserver: {problem}", file=sys.stderr)
+        _state.warn(problem)
     # Each child under the name `attach` takes: its saved session's, if any.
     every = sessions(view)
     rows = [s for s in every if s.child is not None]
@@ -62,7 +62,7 @@ def run(args: Namespace) -> int:
     )
     remote, remote_problems, gone = _remote_sessions(args, theirs)
     for problem in remote_problems:
-        print(f"multiserver: {problem}", file=sys.stderr)
+        _state.warn(problem)
     if args.json:
         print_json(
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]

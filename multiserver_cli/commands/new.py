@@ -11,6 +11,7 @@ import argparse
 import os
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 
@@ -109,7 +110,7 @@ def run(args: Namespace) -> int:
             raise CliError(plan.message)
         if isinstance(plan, Found):
             if args.relaunch is not None:  # it runs: nothing to start (asked twice)
-                print(plan.session.name)
+                print(printable(plan.session.name))
                 return 0
             from multiserver_cli.commands.attach import attach_found
 
@@ -192,7 +193,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             _keep_screen(saved, launched.child.name, screen, args.relaunch)
         ensure_saver()  # what it shows is kept while nobody holds it
         if args.detach:
-            print(launched.child.name)
+            print(printable(launched.child.name))
             return 0
         assert launched.master is not None
         return attach_held(args, client, launched.child, launched.master, b"", saved)
@@ -274,7 +275,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
         there = _remote.ask_host(replaced(host, needs_credential=False), host.timeout)
         if there.kind == "listed" and args.name in there.sessions:
             if args.detach:
-                print(args.name)
+                print(printable(args.name))
                 return 0
             return _over_ssh.attach_there(host_name, args.name, args)
     name = None if args.name is None else check_name(args.name, new=True)
@@ -349,7 +350,7 @@ def _made_there(host: Host, leaf: SessionLeaf, args: Namespace) -> int:
     _remote.note_asked(leaf.name, False)
     name = leaf.name.rpartition(":")[2]
     if args.detach:
-        print(name)
+        print(printable(name))
         return 0
     words = ["attach", *_over_ssh.detach_words(args), name]
     return _over_ssh.interactive(host, words, args.detach_key)

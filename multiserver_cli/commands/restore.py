@@ -19,6 +19,7 @@ import os
 import sys
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 
@@ -258,11 +259,11 @@ async def _restore_and_sweep(
 
     def progress(s: RestoredSession) -> None:
         if not args.json:
-            print(f"  {s.leaf.name}: {s.outcome} ({s.detail})", file=sys.stderr)
+            print(printable(f"  {s.leaf.name}: {s.outcome} ({s.detail})"), file=sys.stderr)
 
     def arrived(att: DaemonAttachment) -> None:
         if not args.json:
-            print(f"  {_arrival_line(att)}", file=sys.stderr)
+            print(f"  {printable(_arrival_line(att))}", file=sys.stderr)
 
     async with trio.open_nursery() as nursery:
         # Late arrivals (a daemon's partial attach, a host's answer)
