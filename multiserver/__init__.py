@@ -31,6 +31,7 @@ EXPORTS = {
     "multiserver._config": ("DaemonConfig", "config_from_env"),
     "multiserver._daemon_main": ("run_foreground",),
     "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
+    "multiserver._envconfig": ("MAX_BUFFER_LIMIT",),
     "multiserver._errors": (
         "ChildFailed",
         "ConnectionClosed",

@@ -23,6 +23,9 @@ from multiserver._env import (
     launch_env as launch_env,
     strip_env as strip_env,
 )
+from multiserver._envconfig import (
+    MAX_BUFFER_LIMIT as MAX_BUFFER_LIMIT,
+)
 from multiserver._errors import (
     ChildFailed as ChildFailed,
     ConnectionClosed as ConnectionClosed,

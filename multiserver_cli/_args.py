@@ -169,8 +169,8 @@ def detach_options(p: argparse.ArgumentParser) -> None:
         "-e",
         dest="detach_spec",
         metavar="KEY",
-        default=DEFAULT_DETACH,
-        help="detach key, e.g. ^A (default ^\\)",
+        default=None,  # config.toml's detach_key, else DEFAULT_DETACH (_settings)
+        help="detach key, e.g. ^A (default ^\\, or config.toml's detach_key)",
     )
     g.add_argument("-E", dest="no_detach", action="store_true", help="no detach key")
     p.add_argument(

@@ -19,6 +19,8 @@ from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import (
     attach,
+    completion,
+    config,
     daemon,
     host,
     kill,
@@ -48,6 +50,8 @@ COMMANDS: tuple[_args.Command, ...] = (
     host,
     stop,
     service,
+    config,
+    completion,
 )
 # restore and orphans talk to many daemons at once, on trio. The others
 # block, on the blocking client, and import no trio: a command is mostly
@@ -87,8 +91,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd is None:
         parser.print_help()
         sys.exit(2)
-    _args.settle(args, parser)
     (command,) = [c for c in COMMANDS if args.cmd == c.NAME]
+    wanted = getattr(command, "SETTINGS", None)
+    if wanted:  # config.toml, read by the commands that use it
+        from multiserver_cli import _settings
+
+        _settings.apply(args, wanted)
+    _args.settle(args, parser)
+    if getattr(command, "WHOLE_PARSER", False):  # completion: every command's flags
+        args.whole_parser = build_parser()
     try:
         status = run(command, args)
     except UsageError as exc:

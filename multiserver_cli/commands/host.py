@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 NAME = "host"
 HELP = "the other machines whose sessions this one reaches through ssh"
 EXAMPLE = "multiserver host add db1 --ssh me@db1.example.com"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "host_grace": "grace",
+}
 
 
 def add_arguments(p: ArgumentParser) -> None:
@@ -33,10 +38,10 @@ def add_arguments(p: ArgumentParser) -> None:
     )
     h.add_argument(
         "--grace",
-        default="300",
+        default=None,  # config.toml's host_grace, else 300
         metavar="S",
         help="sessions started through it end S seconds after their last client (60-3600,"
-        " or none; default 300)",
+        " or none; default 300, or config.toml's host_grace)",
     )
     h.add_argument(
         "--timeout",

@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 NAME = "new"
 HELP = "start a session and attach to it (-d: leave it detached)"
 EXAMPLE = "multiserver new -n build -d -- make -j4"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "detach_key": "detach_spec",
+    "buffer_limit": None,
+    "strip_env": None,
+    "keep_env": None,
+}
 
 
 def add_arguments(p: ArgumentParser) -> None:
@@ -123,7 +131,9 @@ def user_shell() -> list[str]:
     """What a session runs when no command is given: the user's shell."""
     import pwd
 
-    shell = os.environ.get("SHELL")
+    from multiserver_cli import _settings
+
+    shell = str(_settings.current().value("shell")) or os.environ.get("SHELL")
     if not shell:
         try:
             shell = pwd.getpwuid(os.getuid()).pw_shell

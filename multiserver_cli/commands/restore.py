@@ -34,6 +34,14 @@ if TYPE_CHECKING:
 NAME = "restore"
 HELP = "bring back every saved session (run it at login)"
 EXAMPLE = "multiserver restore --timeout 5"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "restore_timeout": "timeout",
+    "buffer_limit": None,
+    "strip_env": None,
+    "keep_env": None,
+}
 
 # A restore that waited for another one (two terminals opening at login run
 # two) and must then restore itself (the other left no report: it crashed)
@@ -47,9 +55,10 @@ def add_arguments(p: ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
+        default=None,  # config.toml's restore_timeout, else 10
         metavar="S",
-        help="the whole restore's deadline, in seconds (default 10)",
+        help="the whole restore's deadline, in seconds (default 10, or config.toml's"
+        " restore_timeout)",
     )
     p.add_argument(
         "--json",
