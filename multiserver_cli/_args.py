@@ -148,7 +148,9 @@ def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         from multiserver_cli.attach._keys import parse_key
 
         try:
-            args.detach_key = None if args.no_detach else parse_key(args.detach_spec)
+            args.detach_key = (
+                None if args.no_detach else parse_key(args.detach_spec or DEFAULT_DETACH)
+            )
         except ValueError as exc:
             parser.error(str(exc))
 

@@ -29,6 +29,8 @@ import os
 import re
 from pathlib import Path
 
+from multiserver_cli._args import DEFAULT_DETACH
+
 FILE_NAME = "config.toml"
 
 
@@ -43,7 +45,7 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("detach_key", "key", "^\\", None, "the detach key of new and attach (-e)"),
+    Setting("detach_key", "key", DEFAULT_DETACH, None, "the detach key of new and attach (-e)"),
     Setting(
         "buffer_limit",
         "bytes",
