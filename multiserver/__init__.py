@@ -31,6 +31,7 @@ EXPORTS = {
     "multiserver._config": ("DaemonConfig", "config_from_env"),
     "multiserver._daemon_main": ("run_foreground",),
     "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
+    "multiserver._envconfig": ("MAX_BUFFER_LIMIT",),
     "multiserver._errors": (
         "ChildFailed",
         "ConnectionClosed",
@@ -49,7 +50,7 @@ EXPORTS = {
     "multiserver._light_messages": ("LightChildExited", "LightChildTaken"),
     "multiserver._messages": ("ChildExited", "ChildInfo", "ChildTaken"),
     "multiserver._origin": ("DaemonOrigin", "read_origin"),
-    "multiserver._osstr": ("escaped",),
+    "multiserver._osstr": ("escaped", "printable"),
     "multiserver._paths": (
         "SOCKET_RE",
         "DaemonPaths",

@@ -23,6 +23,9 @@ from multiserver._env import (
     launch_env as launch_env,
     strip_env as strip_env,
 )
+from multiserver._envconfig import (
+    MAX_BUFFER_LIMIT as MAX_BUFFER_LIMIT,
+)
 from multiserver._errors import (
     ChildFailed as ChildFailed,
     ConnectionClosed as ConnectionClosed,
@@ -64,6 +67,7 @@ from multiserver._origin import (
 )
 from multiserver._osstr import (
     escaped as escaped,
+    printable as printable,
 )
 from multiserver._paths import (
     SOCKET_RE as SOCKET_RE,

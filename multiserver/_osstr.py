@@ -10,7 +10,10 @@ The messages keep ``str`` (``_messages.OsStr`` is ``str`` to a type
 checker) and the codecs find the fields by its mark. On the wire an
 OS string is its bytes: a JSON string when they are valid UTF-8, else
 ``{"b": base64}`` (version 5; docs/protocol.md §2). For a person, every such
-string is shown one way, ``escaped``: ``caf\\xe9``.
+string is shown one way, ``escaped``: ``caf\\xe9``; and on a terminal,
+``printable``: the same, with every character a terminal would act on (ESC,
+BEL, a newline, a bidi override) as its escape (``\\x1b``, ``\\n``,
+``\\u202e``).
 """
 
 from __future__ import annotations
@@ -66,3 +69,25 @@ def escaped(text: str) -> str:
     except UnicodeEncodeError:  # not from the OS; shown all the same
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return wire if isinstance(wire, str) else wire.decode("utf-8", "backslashreplace")
+
+
+def printable(text: str, lines: bool = False) -> str:
+    """``text`` for a person's terminal: ``escaped``, and every character
+    that is not printable (``str.isprintable``: C0 and C1 controls, DEL,
+    format characters such as bidi overrides, line separators) as its
+    Python escape: ``\\x1b``, ``\\n``, ``\\u202e``. The one rule for
+    everything a terminal shows that came from a program or a file (names,
+    argv, cwd, titles, paths, errors): what is printed can draw letters and
+    nothing else (no title set, no clipboard written, no line ended early).
+    ``lines``: a message of several lines of our own keeps its newlines.
+
+    A backslash is left as it is, so ``printable`` is idempotent (a string
+    printed once can go through it again unchanged)."""
+    text = escaped(text)
+    if text.isprintable():
+        return text
+    if lines:
+        return "\n".join(printable(line) for line in text.split("\n"))
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )

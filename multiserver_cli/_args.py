@@ -148,7 +148,9 @@ def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         from multiserver_cli.attach._keys import parse_key
 
         try:
-            args.detach_key = None if args.no_detach else parse_key(args.detach_spec)
+            args.detach_key = (
+                None if args.no_detach else parse_key(args.detach_spec or DEFAULT_DETACH)
+            )
         except ValueError as exc:
             parser.error(str(exc))
 
@@ -169,8 +171,8 @@ def detach_options(p: argparse.ArgumentParser) -> None:
         "-e",
         dest="detach_spec",
         metavar="KEY",
-        default=DEFAULT_DETACH,
-        help="detach key, e.g. ^A (default ^\\)",
+        default=None,  # config.toml's detach_key, else DEFAULT_DETACH (_settings)
+        help="detach key, e.g. ^A (default ^\\, or config.toml's detach_key)",
     )
     g.add_argument("-E", dest="no_detach", action="store_true", help="no detach key")
     p.add_argument(

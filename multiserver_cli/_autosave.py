@@ -8,7 +8,7 @@ made with ``new -d`` and never attached came back from a reboot with
 only the marker. So the commands that put a session on a daemon and
 save it (``new``, ``restore``) make sure one runs: unless some saver
 holds its lock already (the service's, or one started earlier), they
-start ``save --scrollback --every SAVE_EVERY --until-idle``, detached,
+start ``save --scrollback --every S --until-idle`` (S: config.toml's ``save_every``, 5 s by default), detached,
 which stops by itself once no saved session has a running daemon.
 
 Why the commands and not the daemon: the daemon imports nothing of
@@ -27,8 +27,9 @@ from __future__ import annotations
 import os
 import sys
 
+from multiserver import printable
+
 # How often the started saver writes (seconds): the service's period.
-SAVE_EVERY = 5
 # One saver per user at a time (in the runtime dir, next to the daemons'
 # locks; it holds its pid); what a started one says goes to its log.
 LOCK_NAME = "multiserver-saver.lock"
@@ -37,7 +38,10 @@ LOG_NAME = "saver.log"
 
 def saver_argv() -> list[str]:
     """The saver a command starts: this interpreter's ``multiserver``, with
-    ``-P`` (no caller's directory first on ``sys.path``)."""
+    ``-P`` (no caller's directory first on ``sys.path``), saving every
+    ``save_every`` seconds (``_settings``)."""
+    from multiserver_cli import _settings
+
     return [
         sys.executable,
         "-P",
@@ -46,7 +50,7 @@ def saver_argv() -> list[str]:
         "save",
         "--scrollback",
         "--every",
-        str(SAVE_EVERY),
+        f"{_settings.current().value('save_every'):g}",
         "--until-idle",
     ]
 
@@ -80,7 +84,8 @@ def ensure_saver() -> int | None:
             os.close(log)
     except (OSError, MultiserverError) as exc:
         print(
-            f"multiserver: no saver started (what detached sessions show is not kept): {exc}",
+            f"multiserver: no saver started (what detached sessions show is not kept):"
+            f" {printable(str(exc))}",
             file=sys.stderr,
         )
         return None

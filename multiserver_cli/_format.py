@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from multiserver import SOCKET_RE, describe_exit, escaped
+from multiserver import SOCKET_RE, describe_exit, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ def _truncate(text: str, width: int) -> str:
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns for a person; every cell ``printable`` (a name, an argv or a
+    detail that came from a program cannot act on the terminal)."""
+    rows = [[printable(c) for c in row] for row in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -136,8 +139,8 @@ def ls_table(
     with no live child and their STATE, listed after the children (WAITING:
     their saved output); ``elsewhere``: saved sessions of hosts that do not
     list them, with why. ``notes``: what each child's STATE adds, if
-    anything. An argv or cwd that is not UTF-8 is shown escaped
-    (``caf\\xe9``)."""
+    anything. An argv or cwd is shown ``printable`` (``caf\\xe9``,
+    ``sleep 100 # \\x1b]0;T\\x07``), then cut to its column."""
     if waiting is None:
         waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
     rows = []
@@ -150,8 +153,8 @@ def ls_table(
                 c.name,
                 state,
                 "held" if c.held else "-",
-                _truncate(shlex.join(escaped(a) for a in c.argv), 40),
-                _truncate(escaped(c.cwd), 40),
+                _truncate(shlex.join(printable(a) for a in c.argv), 40),
+                _truncate(printable(c.cwd), 40),
                 human_age(now - c.started_at),
                 waiting_text(w),
             ]
@@ -165,8 +168,8 @@ def ls_table(
             leaf.name,
             state,
             "-",
-            _truncate(shlex.join(escaped(a) for a in leaf.argv), 40),
-            _truncate(escaped(leaf.cwd), 40),
+            _truncate(shlex.join(printable(a) for a in leaf.argv), 40),
+            _truncate(printable(leaf.cwd), 40),
             human_age(now - leaf.created_at) if leaf.created_at else "-",
             human_bytes(len(leaf.scrollback or b"")),
         ]
@@ -176,8 +179,8 @@ def ls_table(
             leaf.name,
             f"saved, not running: {why}",
             "-",
-            _truncate(shlex.join(escaped(a) for a in leaf.argv), 40),
-            _truncate(escaped(leaf.cwd), 40),
+            _truncate(shlex.join(printable(a) for a in leaf.argv), 40),
+            _truncate(printable(leaf.cwd), 40),
             human_age(now - leaf.created_at) if leaf.created_at else "-",
             "-",
         ]

@@ -135,12 +135,9 @@ def print_plan(ops: Sequence[Op]) -> str:
 
 
 def _one_line(name: str) -> str:
-    """A name in a comment of the script: shown escaped (``caf\\xe9``), and
-    a control character as its escape (``\\n``), so that nothing in a name
-    ends the comment and runs as a line of its own."""
-    from multiserver import escaped
+    """A name in a comment of the script: ``printable`` (``caf\\xe9``,
+    ``\\n``), so that nothing in a name ends the comment and runs as a line
+    of its own, or acts on the terminal the script is printed to."""
+    from multiserver import printable
 
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-        for ch in escaped(name)
-    )
+    return printable(name)

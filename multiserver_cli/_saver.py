@@ -41,6 +41,7 @@ from multiserver import (
     SyncClient,
     ensure_private_dir,
     escaped,
+    printable,
     runtime_dir,
     try_lock,
 )
@@ -268,7 +269,7 @@ def run_every(every: float, saver: Saver, until_idle: bool = False) -> int:
                 live, problems = _pass_in_fresh_store(saver)
                 if problems != said:
                     for line in problems:
-                        print(f"multiserver: {line}", file=sys.stderr)
+                        print(f"multiserver: {printable(line)}", file=sys.stderr)
                     said = problems
                 if last or (until_idle and live == 0 and not problems):
                     return 0

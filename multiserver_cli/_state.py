@@ -48,7 +48,10 @@ KILL_WAIT = 3.0
 
 
 def warn(line: str) -> None:
-    print(f"multiserver: {line}", file=sys.stderr)
+    """One line on stderr, printable (it may quote a name or a path)."""
+    from multiserver import printable
+
+    print(f"multiserver: {printable(line, lines=True)}", file=sys.stderr)
 
 
 @contextlib.contextmanager

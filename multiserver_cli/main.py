@@ -14,11 +14,13 @@ import argparse
 import os
 import sys
 
-from multiserver import MultiserverError, escaped
+from multiserver import MultiserverError, printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import (
     attach,
+    completion,
+    config,
     daemon,
     host,
     kill,
@@ -48,6 +50,8 @@ COMMANDS: tuple[_args.Command, ...] = (
     host,
     stop,
     service,
+    config,
+    completion,
 )
 # restore and orphans talk to many daemons at once, on trio. The others
 # block, on the blocking client, and import no trio: a command is mostly
@@ -87,8 +91,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd is None:
         parser.print_help()
         sys.exit(2)
-    _args.settle(args, parser)
     (command,) = [c for c in COMMANDS if args.cmd == c.NAME]
+    wanted = getattr(command, "SETTINGS", None)
+    if wanted:  # config.toml, read by the commands that use it
+        from multiserver_cli import _settings
+
+        _settings.apply(args, wanted)
+    _args.settle(args, parser)
+    if getattr(command, "WHOLE_PARSER", False):  # completion: every command's flags
+        args.whole_parser = build_parser()
     try:
         status = run(command, args)
     except UsageError as exc:
@@ -109,6 +120,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _say_error(exc: Exception) -> None:
-    # bytes: an error may quote an argv or a path that is not UTF-8; it is
-    # shown escaped (caf\xe9), as `ls` shows it.
-    print(f"multiserver: {escaped(str(exc))}", file=sys.stderr)
+    # An error may quote a name, an argv or a path: shown printable
+    # (caf\xe9, \x1b), as `ls` shows it.
+    print(f"multiserver: {printable(str(exc), lines=True)}", file=sys.stderr)

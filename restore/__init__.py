@@ -89,6 +89,7 @@ EXPORTS = {
     "restore.remote._errors": ("FailureKind", "HostFailure", "HostSettingError", "HostsFileError"),
     "restore.remote._hosts": (
         "Host",
+        "config_dir",
         "check_command",
         "check_dest",
         "check_host_name",

@@ -90,6 +90,7 @@ from restore.remote._hosts import (
     check_command as check_command,
     check_dest as check_dest,
     check_host_name as check_host_name,
+    config_dir as config_dir,
     load_hosts as load_hosts,
     parse_grace as parse_grace,
     parse_timeout as parse_timeout,

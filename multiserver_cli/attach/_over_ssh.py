@@ -139,7 +139,9 @@ def _waits() -> Iterator[float]:
 
 
 def _say(line: str) -> None:
-    os.write(sys.stderr.fileno(), f"\r\n{line}\r\n".encode())
+    from multiserver import printable
+
+    os.write(sys.stderr.fileno(), f"\r\n{printable(line)}\r\n".encode())
 
 
 def _key_within(key: bytes | None, seconds: float) -> bool:

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from multiserver import printable
 from multiserver_cli import _state
 from multiserver_cli._format import print_json, socket_text, table
 
@@ -92,7 +93,7 @@ def show(out: dict[str, Any], as_json: bool, script: bool = False) -> int:
     status = 0 if out.get("ok") and out.get("saved", True) and out.get("opened_ok", True) else 1
     if not as_json:
         for line in out.get("opened", []):
-            print(f"  {line}", file=sys.stderr)
+            print(f"  {printable(line)}", file=sys.stderr)
     if not out.get("saved", True):
         _state.warn(
             "the store did not take every outcome (see each session's detail);"

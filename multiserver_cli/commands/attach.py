@@ -24,6 +24,14 @@ if TYPE_CHECKING:
 NAME = "attach"
 HELP = "attach this terminal to a session"
 EXAMPLE = "multiserver attach -e ^A build"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "detach_key": "detach_spec",
+    "buffer_limit": None,
+    "strip_env": None,
+    "keep_env": None,
+}
 
 
 def add_arguments(p: ArgumentParser) -> None:

@@ -12,6 +12,11 @@ from multiserver_cli._errors import CliError
 NAME = "daemon"
 HELP = "make sure the daemon runs and print its socket path (and say how it was started)"
 EXAMPLE = "multiserver daemon --foreground"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "buffer_limit": None,
+}
 
 
 def add_arguments(p: ArgumentParser) -> None:

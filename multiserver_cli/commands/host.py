@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli._errors import CliError
 
 TYPE_CHECKING = False
@@ -17,6 +18,11 @@ if TYPE_CHECKING:
 NAME = "host"
 HELP = "the other machines whose sessions this one reaches through ssh"
 EXAMPLE = "multiserver host add db1 --ssh me@db1.example.com"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "host_grace": "grace",
+}
 
 
 def add_arguments(p: ArgumentParser) -> None:
@@ -32,10 +38,10 @@ def add_arguments(p: ArgumentParser) -> None:
     )
     h.add_argument(
         "--grace",
-        default="300",
+        default=None,  # config.toml's host_grace, else 300
         metavar="S",
         help="sessions started through it end S seconds after their last client (60-3600,"
-        " or none; default 300)",
+        " or none; default 300, or config.toml's host_grace)",
     )
     h.add_argument(
         "--timeout",
@@ -101,7 +107,10 @@ def _add(args: Namespace) -> int:
     hosts[name] = host
     save_hosts(hosts)
     grace = "none" if host.grace is None else f"{host.grace:g} s"
-    print(f"added {name} ({host.dest}, multiserver {remote}, grace {grace})", file=sys.stderr)
+    print(
+        printable(f"added {name} ({host.dest}, multiserver {remote}, grace {grace})"),
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -152,5 +161,5 @@ def _rm(args: Namespace) -> int:
     from multiserver_cli._remote import stop_connections
 
     stop_connections([gone])  # ssh's shared connection to it, kept for nothing now
-    print(f"removed {args.name}", file=sys.stderr)
+    print(printable(f"removed {args.name}"), file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 
@@ -87,7 +88,9 @@ def run(args: Namespace) -> int:
             code = _end(client, child, signum, only_signal)
             if code is None:
                 print(
-                    f"sent {signal.Signals(signum).name} to {child.name}; it is still running",
+                    printable(
+                        f"sent {signal.Signals(signum).name} to {child.name}; it is still running"
+                    ),
                     file=sys.stderr,
                 )
                 return 0
@@ -100,7 +103,7 @@ def run(args: Namespace) -> int:
         if staged is not None:
             _state.complete_close(store, staged.name, staged.ref)
     # The kill did what was asked: its status is 0 whatever the signal.
-    print(f"{child.name}: {describe_exit(code)}", file=sys.stderr)
+    print(printable(f"{child.name}: {describe_exit(code)}"), file=sys.stderr)
     return 0
 
 
@@ -119,7 +122,8 @@ def _kill_there(host_name: str, name: str, args: Namespace) -> int:
         # `kill NAME` forgets a saved session whose program is gone.
         forget_made(f"{host_name}:{name}")
         print(
-            f"{host_name}:{name}: forgot the saved session (gone from {host_name})", file=sys.stderr
+            printable(f"{host_name}:{name}: forgot the saved session (gone from {host_name})"),
+            file=sys.stderr,
         )
         return 0
     status = passed(done, host_name)
@@ -182,7 +186,9 @@ def _forget_saved(store: ArrangementStore | None, session: Session) -> int:
             f"{name}: forgotten, but its daemon did not answer: its program is ended"
             " when it does (by the next multiserver command)"
         )
-    print(f"{name}: forgot the saved session ({session.why_not_running})", file=sys.stderr)
+    print(
+        printable(f"{name}: forgot the saved session ({session.why_not_running})"), file=sys.stderr
+    )
     return 0
 
 

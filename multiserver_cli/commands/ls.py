@@ -29,6 +29,12 @@ def add_arguments(p: ArgumentParser) -> None:
         action="store_true",
         help="for scripts: one JSON array with an object per session (one line when piped)",
     )
+    p.add_argument(
+        "--names",
+        action="store_true",
+        help="only the names, one a line (what completion offers): this machine's sessions and"
+        " the saved sessions of hosts, as HOST:NAME; no host is asked",
+    )
 
 
 def run(args: Namespace) -> int:
@@ -42,8 +48,14 @@ def run(args: Namespace) -> int:
     with _state.open_saved() as saved:
         view = survey(saved, _args.only_daemon(args))
         theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
+    if args.names:
+        from multiserver import printable
+
+        names = [s.name for s in sessions(view)] + [leaf.name for leaf in theirs]
+        sys.stdout.write("".join(f"{printable(n)}\n" for n in dict.fromkeys(names)))
+        return 0
     for problem in view.problems:
-        print(f"multiserver: {problem}", file=sys.stderr)
+        _state.warn(problem)
     # Each child under the name `attach` takes: its saved session's, if any.
     every = sessions(view)
     rows = [s for s in every if s.child is not None]
@@ -62,7 +74,7 @@ def run(args: Namespace) -> int:
     )
     remote, remote_problems, gone = _remote_sessions(args, theirs)
     for problem in remote_problems:
-        print(f"multiserver: {problem}", file=sys.stderr)
+        _state.warn(problem)
     if args.json:
         print_json(
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]

@@ -11,6 +11,7 @@ import argparse
 import os
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
 NAME = "new"
 HELP = "start a session and attach to it (-d: leave it detached)"
 EXAMPLE = "multiserver new -n build -d -- make -j4"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "detach_key": "detach_spec",
+    "buffer_limit": None,
+    "strip_env": None,
+    "keep_env": None,
+}
 
 
 def add_arguments(p: ArgumentParser) -> None:
@@ -109,7 +118,7 @@ def run(args: Namespace) -> int:
             raise CliError(plan.message)
         if isinstance(plan, Found):
             if args.relaunch is not None:  # it runs: nothing to start (asked twice)
-                print(plan.session.name)
+                print(printable(plan.session.name))
                 return 0
             from multiserver_cli.commands.attach import attach_found
 
@@ -122,7 +131,9 @@ def user_shell() -> list[str]:
     """What a session runs when no command is given: the user's shell."""
     import pwd
 
-    shell = os.environ.get("SHELL")
+    from multiserver_cli import _settings
+
+    shell = str(_settings.current().value("shell")) or os.environ.get("SHELL")
     if not shell:
         try:
             shell = pwd.getpwuid(os.getuid()).pw_shell
@@ -192,7 +203,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             _keep_screen(saved, launched.child.name, screen, args.relaunch)
         ensure_saver()  # what it shows is kept while nobody holds it
         if args.detach:
-            print(launched.child.name)
+            print(printable(launched.child.name))
             return 0
         assert launched.master is not None
         return attach_held(args, client, launched.child, launched.master, b"", saved)
@@ -274,7 +285,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
         there = _remote.ask_host(replaced(host, needs_credential=False), host.timeout)
         if there.kind == "listed" and args.name in there.sessions:
             if args.detach:
-                print(args.name)
+                print(printable(args.name))
                 return 0
             return _over_ssh.attach_there(host_name, args.name, args)
     name = None if args.name is None else check_name(args.name, new=True)
@@ -349,7 +360,7 @@ def _made_there(host: Host, leaf: SessionLeaf, args: Namespace) -> int:
     _remote.note_asked(leaf.name, False)
     name = leaf.name.rpartition(":")[2]
     if args.detach:
-        print(name)
+        print(printable(name))
         return 0
     words = ["attach", *_over_ssh.detach_words(args), name]
     return _over_ssh.interactive(host, words, args.detach_key)

@@ -19,6 +19,7 @@ import os
 import sys
 from argparse import ArgumentParser, Namespace
 
+from multiserver import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 
@@ -33,6 +34,14 @@ if TYPE_CHECKING:
 NAME = "restore"
 HELP = "bring back every saved session (run it at login)"
 EXAMPLE = "multiserver restore --timeout 5"
+# What config.toml decides (_settings.apply: the flag's attribute, or None:
+# through its environment variable).
+SETTINGS = {
+    "restore_timeout": "timeout",
+    "buffer_limit": None,
+    "strip_env": None,
+    "keep_env": None,
+}
 
 # A restore that waited for another one (two terminals opening at login run
 # two) and must then restore itself (the other left no report: it crashed)
@@ -46,9 +55,10 @@ def add_arguments(p: ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
+        default=None,  # config.toml's restore_timeout, else 10
         metavar="S",
-        help="the whole restore's deadline, in seconds (default 10)",
+        help="the whole restore's deadline, in seconds (default 10, or config.toml's"
+        " restore_timeout)",
     )
     p.add_argument(
         "--json",
@@ -258,11 +268,11 @@ async def _restore_and_sweep(
 
     def progress(s: RestoredSession) -> None:
         if not args.json:
-            print(f"  {s.leaf.name}: {s.outcome} ({s.detail})", file=sys.stderr)
+            print(printable(f"  {s.leaf.name}: {s.outcome} ({s.detail})"), file=sys.stderr)
 
     def arrived(att: DaemonAttachment) -> None:
         if not args.json:
-            print(f"  {_arrival_line(att)}", file=sys.stderr)
+            print(f"  {printable(_arrival_line(att))}", file=sys.stderr)
 
     async with trio.open_nursery() as nursery:
         # Late arrivals (a daemon's partial attach, a host's answer)

@@ -20,6 +20,7 @@ import sys
 from argparse import ArgumentParser, Namespace
 from collections.abc import Sequence
 
+from multiserver import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import attach, new
@@ -96,7 +97,7 @@ def run(args: Namespace) -> int:
             return 1
         report = saver.run_pass(store)
     for problem in report.problems:
-        print(f"multiserver: {problem}", file=sys.stderr)
+        _state.warn(problem)
     print(save_summary(report.total, report.live, report.changed, report.outputs), file=sys.stderr)
     return 0
 
@@ -121,7 +122,7 @@ def _save_layout(args: Namespace) -> int:
         except StoreError as exc:
             raise CliError(f"layout not saved: {exc}") from exc
     for line in saved.skipped:
-        print(f"  not saved: {line}", file=sys.stderr)
+        print(f"  not saved: {printable(line)}", file=sys.stderr)
     line = (
         f"saved the layout of {args.from_terminal}: {plural(saved.tabs, 'tab')},"
         f" {plural(saved.sessions, 'session')}"

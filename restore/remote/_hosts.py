@@ -157,6 +157,8 @@ def _is_number(value: object) -> bool:
 
 
 def config_dir() -> Path:
+    """Where the person's files are (hosts.json, config.toml):
+    ``$MULTISERVER_CONFIG_DIR``, else the XDG config dir."""
     given = os.environ.get("MULTISERVER_CONFIG_DIR")
     if given:
         return Path(given)
