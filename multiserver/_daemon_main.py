@@ -35,6 +35,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,7 +72,9 @@ async def _run(
     DaemonAlreadyRunning if a live daemon answers on the socket path."""
     daemon = Daemon(config)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
-    origin = DaemonOrigin(os.getpid(), daemon.instance_id, started, config.idle_exit)
+    origin = DaemonOrigin(
+        os.getpid(), daemon.instance_id, started, config.idle_exit, started_at=time.time()
+    )
     try:
         files = DaemonFiles.bind(paths, lock_fd, origin)
     except BaseException:

@@ -14,7 +14,8 @@ The lock file is the daemon's while it runs (it holds the lock, and its
 file watch makes the file again if it is deleted, ``_files.py``), and is
 removed at exit; it is the classic pidfile next to the socket. One line of
 JSON: the daemon's pid and instance id, how it was started and its idle
-exit. A reader trusts it only when the instance id matches the ``Welcome``
+exit, and since when it serves (``started_at``; ``upgraded_at`` once a
+daemon can take new code in place). A reader trusts it only when the instance id matches the ``Welcome``
 of the daemon it talks to: a daemon killed by SIGKILL leaves its lock file
 behind, with its own line in it, until the next daemon writes its own.
 """
@@ -55,6 +56,11 @@ _FIELDS = {
     "started": strict(str, "string"),
     "idle_exit": strict(float, "number"),
 }
+# Fields a lock file of an older multiserver does not have: None then.
+_OPTIONAL = {
+    "started_at": strict(float, "number"),  # time.time() when it began serving
+    "upgraded_at": strict(float, "number"),  # when it last took new code (issue 25)
+}
 
 
 # A light record, not attrs: `multiserver daemon` reads this, and imports
@@ -65,9 +71,11 @@ class DaemonOrigin:
     instance_id: str
     started: Started
     idle_exit: float | None  # seconds; None: never exits when idle
+    started_at: float | None = None
+    upgraded_at: float | None = None
 
     def to_bytes(self) -> bytes:
-        fields = {name: getattr(self, name) for name in _FIELDS}
+        fields = {name: getattr(self, name) for name in (*_FIELDS, *_OPTIONAL)}
         return (json.dumps(fields) + "\n").encode()
 
     @classmethod
@@ -83,6 +91,11 @@ class DaemonOrigin:
                 name: None if name == "idle_exit" and raw[name] is None else check(raw[name], None)
                 for name, check in _FIELDS.items()
             }
+            values.update(
+                (name, check(raw[name], None))
+                for name, check in _OPTIONAL.items()
+                if raw.get(name) is not None
+            )
         except (ValueError, TypeError, KeyError, RecursionError):
             return None
         if values["started"] not in _STARTED:

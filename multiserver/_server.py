@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import trio
 
+from multiserver import __version__
 from multiserver._children import Child, ChildTable
 from multiserver._codec import Codec
 from multiserver._config import DaemonConfig
@@ -26,7 +27,8 @@ from multiserver._wire import IntakeBudget
 
 log = logging.getLogger("multiserver.daemon")
 
-SERVER_NAME = "multiserver-daemon/0.1"
+# What the daemon says it runs (Welcome.server): the installed code's version.
+SERVER_NAME = f"multiserver/{__version__}"
 
 
 class Listener(Protocol):

@@ -1,6 +1,7 @@
 """``multiserver daemon``: make sure the daemon runs (starting it if need
 be), print its socket on stdout and say on stderr how it was started;
-``--foreground`` and ``--service`` run it in this process instead."""
+``--foreground`` and ``--service`` run it in this process instead;
+``--json`` reports every running daemon."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ SETTINGS = {
 def add_arguments(p: ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument(
+        "--json",
+        action="store_true",
+        help="report every running daemon (starting none): socket, pid, the version of the"
+        " code it runs, protocol, how and when it was started",
+    )
+    g.add_argument(
         "--foreground",
         action="store_true",
         help="run the daemon in this process (it exits when idle, as one started on demand)",
@@ -40,6 +47,8 @@ def run(args: Namespace) -> int:
     stderr (for a person)."""
     if args.foreground or args.service:
         return _foreground(args)
+    if args.json:
+        return _report(args)
     from multiserver import DaemonPaths, dial_blocking
     from multiserver_cli._running import describe_daemon
     from multiserver_cli._sessions import bounded, deadline
@@ -52,6 +61,48 @@ def run(args: Namespace) -> int:
         print(client.socket_path, flush=True)
         print(describe_daemon(client), file=sys.stderr)
     return 0
+
+
+def _report(args: Namespace) -> int:
+    """``daemon --json``: what each running daemon (``--daemon N``: that one)
+    says of itself, and its lock file of how it was started; one that does
+    not answer is a row with its ``error``, and the status 1."""
+    from multiserver import DaemonPaths, MultiserverError, dial_blocking, find_sockets, read_origin
+    from multiserver_cli._args import only_daemon
+    from multiserver_cli._format import print_json
+    from multiserver_cli._sessions import deadline
+
+    number = only_daemon(args)
+    sockets = find_sockets() if number is None else [DaemonPaths.for_number(number).socket]
+    rows: list[dict[str, object]] = []
+    for socket in sockets:
+        paths = DaemonPaths.for_socket(socket)
+        row: dict[str, object] = {"socket": str(socket), "number": paths.number}
+        try:
+            with dial_blocking(socket, children=False, deadline=deadline()) as client:
+                welcome = client.welcome
+                origin = read_origin(paths.lock)
+                if origin is not None and origin.instance_id != welcome.instance_id:
+                    origin = None  # a dead daemon's line: not this one's
+                server = welcome.server
+                row.update(
+                    pid=welcome.pid,
+                    instance_id=welcome.instance_id,
+                    version=server.partition("/")[2] if server.startswith("multiserver/") else None,
+                    server=server,
+                    protocol=welcome.version,
+                    started=None if origin is None else origin.started,
+                    idle_exit=None if origin is None else origin.idle_exit,
+                    started_at=None if origin is None else origin.started_at,
+                    upgraded_at=None if origin is None else origin.upgraded_at,
+                )
+        except MultiserverError as exc:
+            if number is None and not socket.exists():
+                continue
+            row["error"] = str(exc)
+        rows.append(row)
+    print_json(rows)
+    return 1 if any("error" in r for r in rows) else 0
 
 
 def _foreground(args: Namespace) -> int:

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 
 import attrs
 import pytest
@@ -252,6 +253,27 @@ async def test_daemon_prints_its_socket_and_stop_refuses_while_sessions_run(
     assert again.stdout == first.stdout
     assert daemon_pids_for(ms_dirs.paths.socket) == [daemon]
     child = (await listed(ms_dirs))["a"].pid
+
+    # --json reports every running daemon, starting none: the code it runs.
+    import multiserver
+
+    before = time.time()
+    await ms(ms_dirs, "--daemon", "2", "daemon")
+    reported = json.loads((await ms(ms_dirs, "daemon", "--json")).stdout)
+    assert [(r["number"], r["pid"] == daemon) for r in reported] == [(1, True), (2, False)]
+    for r in reported:
+        assert (r["version"], r["server"]) == (
+            multiserver.__version__,
+            f"multiserver/{multiserver.__version__}",
+        )
+        assert (r["protocol"], r["started"], r["upgraded_at"]) == (
+            multiserver.PROTOCOL_VERSION,
+            "on-demand",
+            None,
+        )
+    assert reported[0]["started_at"] < before <= reported[1]["started_at"] <= time.time()
+    await ms(ms_dirs, "--daemon", "2", "stop")
+    assert [r["number"] for r in json.loads((await ms(ms_dirs, "daemon", "--json")).stdout)] == [1]
 
     refused = await ms(ms_dirs, "stop", check=False)
     assert refused.returncode == 1

@@ -144,6 +144,9 @@ def test_daemon_and_stop_import_nothing_heavy(ms_dirs: MsDirs) -> None:
     try:
         shown, heavy = _run(["--daemon", "3", "daemon"])
         assert shown.endswith("multiserver-daemon-3.socket") and heavy == []
+        shown, heavy = _run(["daemon", "--json"])
+        [row] = json.loads(shown)
+        assert heavy == [] and (row["number"], row["started"]) == (3, "on-demand")
         shown, heavy = _run(["--daemon", "3", "stop"])
         assert heavy == []
         assert not (ms_dirs.runtime / "multiserver-daemon-3.socket").exists()

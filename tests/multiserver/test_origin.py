@@ -15,6 +15,7 @@ ORIGINS = [
     DaemonOrigin(42, "ab" * 16, "service", None),
     DaemonOrigin(43, "cd" * 16, "on-demand", 5.0),
     DaemonOrigin(44, "ef" * 16, "foreground", 0.25),
+    DaemonOrigin(45, "01" * 16, "service", None, started_at=1.8e9, upgraded_at=1.8e9 + 5),
 ]
 
 
@@ -43,6 +44,8 @@ def test_what_is_written_reads_back(tmp_path: Path, origin: DaemonOrigin) -> Non
         b'{"pid": 42, "instance_id": "ab", "started": "by-hand", "idle_exit": null}',
         b'{"pid": 42, "instance_id": "ab", "started": "service", "idle_exit": "5"}',
         b'{"pid": 42, "instance_id": "ab", "started": "service"}',
+        b'{"pid": 42, "instance_id": "ab", "started": "service", "idle_exit": null,'
+        b' "started_at": "yesterday"}',
     ],
 )
 def test_anything_else_is_no_origin(data: bytes) -> None:
@@ -52,6 +55,14 @@ def test_anything_else_is_no_origin(data: bytes) -> None:
 def test_unknown_fields_are_ignored_and_an_int_is_seconds() -> None:
     data = b'{"pid": 42, "instance_id": "ab", "started": "on-demand", "idle_exit": 5, "x": []}'
     assert DaemonOrigin.from_bytes(data) == DaemonOrigin(42, "ab", "on-demand", 5.0)
+
+
+def test_a_line_of_an_older_daemon_has_no_times() -> None:
+    """A lock file written before started_at existed: read, its times None."""
+    data = b'{"pid": 42, "instance_id": "ab", "started": "service", "idle_exit": null}'
+    origin = DaemonOrigin.from_bytes(data)
+    assert origin == DaemonOrigin(42, "ab", "service", None)
+    assert origin is not None and origin.started_at is None and origin.upgraded_at is None
 
 
 def test_no_file_a_huge_file_or_a_symlink_is_no_origin(tmp_path: Path) -> None:
@@ -71,4 +82,5 @@ def test_lifetime_says_how_it_started_and_when_it_ends() -> None:
         "started by the service (stays up)",
         "started on demand (exits when idle for 5 s)",
         "started in the foreground (exits when idle for 0.25 s)",
+        "started by the service (stays up)",
     ]
