@@ -23,10 +23,11 @@ program never had the press, so it must not get the release either).
 ``DetachMatcher`` is fed what is read from the terminal, in whatever pieces
 it comes, and gives back what goes on to the program, byte for byte, up to
 the key: then ``detached`` is True, and nothing after the key is given
-back. A sequence cut off by the end of a read is held (``held``; at most
-HOLD_MAX bytes) until the next read says whether it is the key; the caller
-lets it go (``flush``) when nothing more came for HOLD_WAIT seconds: the
-Esc key alone is such a tail, and must not wait for the next key.
+back. A sequence cut off by the end of a read is held (at most HOLD_MAX
+bytes) until the next read says whether it is the key, or until
+``held_until`` (HOLD_WAIT seconds after it was held: the caller's clock,
+given to ``feed``); then ``expire`` lets it go: the Esc key alone is such a
+tail, and must not wait for the next key.
 """
 
 from __future__ import annotations
@@ -102,25 +103,39 @@ class DetachMatcher:
     def __init__(self, key: bytes) -> None:
         self.key = key
         self.detached = False
+        self.held_until: float | None = None  # when the held tail goes on
         self._codes = _key_codes(key[0])
         self._held = b""
 
     @property
     def held(self) -> bool:
-        """Whether bytes wait for the next read (or ``flush``)."""
+        """Whether bytes wait for the next read (or ``expire``)."""
         return bool(self._held)
 
     def flush(self) -> bytes:
         """The held bytes, given up on: they were not the key."""
-        held, self._held = self._held, b""
+        held, self._held, self.held_until = self._held, b"", None
         return held
 
-    def feed(self, data: bytes) -> bytes:
-        """What of ``held`` + ``data`` goes on to the program, in order,
-        byte for byte: everything but the key's releases, up to the key (or
-        up to a tail that may start it, held)."""
+    def expire(self, now: float) -> bytes:
+        """The held bytes if their time is up at ``now``, else nothing."""
+        due = self.held_until is not None and self.held_until <= now
+        return self.flush() if due else b""
+
+    def feed(self, data: bytes, now: float = 0.0) -> bytes:
+        """What of the held bytes and ``data`` goes on to the program, in
+        order, byte for byte: everything but the key's releases, up to the
+        key (or up to a tail that may start it, held from ``now``)."""
         if self.detached:
             return b""
+        out = self._scan(data)
+        if not self._held or self.detached:
+            self.held_until = None
+        elif self.held_until is None:
+            self.held_until = now + HOLD_WAIT
+        return out
+
+    def _scan(self, data: bytes) -> bytes:
         buf = self._held + data if self._held else data
         self._held = b""
         out = bytearray()

@@ -8,7 +8,7 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from multiserver_cli.attach._keys import HOLD_MAX, DetachMatcher, parse_key
+from multiserver_cli.attach._keys import HOLD_MAX, HOLD_WAIT, DetachMatcher, parse_key
 
 # Every way a terminal sends each key: its byte; kitty's flags 1 and 8
 # (``code;mods u``), 2 (``:event``), 4 (``:shifted:base``), caps lock on;
@@ -182,3 +182,17 @@ def test_input_without_escapes_or_the_key_goes_on_unchanged(data: bytes) -> None
     m = DetachMatcher(b"\x1c")
     assert m.feed(data) == data
     assert not m.held and not m.detached
+
+
+def test_a_held_tail_goes_on_when_its_time_is_up() -> None:
+    m = DetachMatcher(b"\x1c")
+    assert m.feed(b"\x1b", now=10.0) == b""
+    assert m.held_until == 10.0 + HOLD_WAIT
+    assert m.feed(b"", now=10.01) == b""  # still held: still since 10.0
+    assert m.held_until == 10.0 + HOLD_WAIT
+    assert m.expire(10.0 + HOLD_WAIT / 2) == b""
+    assert m.expire(10.0 + HOLD_WAIT) == b"\x1b"
+    assert m.held_until is None and not m.held
+    assert m.feed(b"\x1b[92", now=11.0) == b""
+    assert m.feed(b";5u", now=11.0) == b""
+    assert m.detached and m.held_until is None
