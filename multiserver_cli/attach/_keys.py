@@ -17,8 +17,9 @@ the program attached asked of it:
 
 ``mods`` is 1 + a set of bits (shift 1, alt 2, ctrl 4, super 8, ...; caps
 lock 64 and num lock 128, which are ignored). Event ``:3`` is a release:
-never a detach, and swallowed (it follows a press that detached; the
-program never had the press, so it must not get the release either).
+never a detach, and swallowed, whatever modifiers are still down (it
+follows a press that detached; the program never had the press, so it
+must not get the release either).
 
 ``DetachMatcher`` is fed what is read from the terminal, in whatever pieces
 it comes, and gives back what goes on to the program, byte for byte, up to
@@ -223,9 +224,10 @@ class DetachMatcher:
             or (shifted, unshifted) in self._codes  # the character shift made
             or (len(text) == 1 and (_number(text[0], -1), unshifted) in self._codes)
         )
-        if not found:
-            return _OTHER
-        return _RELEASE if event == 3 else _PRESS
+        if event == 3:  # the key's release, whatever was let go of first
+            codes = {code for code, _ in self._codes}
+            return _RELEASE if found or code in codes or base in codes else _OTHER
+        return _PRESS if found else _OTHER
 
     def _other_keys(self, params: bytes) -> int:
         """``27 ; mods ; code`` (xterm's modifyOtherKeys)."""
