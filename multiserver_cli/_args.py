@@ -165,7 +165,14 @@ def only_daemon(args: argparse.Namespace) -> int | None:
 
 
 def detach_options(p: argparse.ArgumentParser) -> None:
-    """How an attach lets go, and how the program redraws on attach."""
+    """How an attach lets go, and how the program redraws on attach; the
+    detach key said in the command's description, where a person looks."""
+    ctrl = f"Ctrl-{DEFAULT_DETACH[1:]}"
+    p.description = (
+        f"{p.description or ''}\n\n"
+        f"detach: press {DEFAULT_DETACH} ({ctrl}); the session runs on, and `multiserver"
+        " attach NAME`\ncomes back to it. -e KEY for another key, -E for none."
+    ).lstrip()
     g = p.add_mutually_exclusive_group()
     g.add_argument(
         "-e",

@@ -12,7 +12,8 @@
 - ``_over_ssh``: ``attach HOST:NAME``, this terminal attached to another
   host's session through ssh, reconnecting after a drop;
 - ``_daemon_gone``: an attached session whose daemon dies;
-- ``_keys``: the detach key.
+- ``_keys``: the detach key, and finding it in what a terminal sends;
+- ``_typed``: what is typed, on its way to the program.
 
 Nothing is imported here: a command that only reads the detach key loads
 ``_keys`` alone.

@@ -22,7 +22,7 @@ from multiserver_cli._errors import CliError
 from multiserver_cli._sessions import check_name
 from multiserver_cli._state import open_saved, take_notice
 from multiserver_cli._version import compatible
-from multiserver_cli.attach._keys import key_name
+from multiserver_cli.attach._keys import DetachMatcher, key_name
 from multiserver_cli.attach._relay import relay_terminal
 from restore import SSH_FAILED, Host, remote_json, ssh_argv
 
@@ -73,9 +73,11 @@ def interactive(
     the remote can (``relay``: its ``version --json`` said so; None: ask);
     else through ``ssh -tt``.
 
-    A connection that drops (ssh exits 255, or is killed) is made again,
-    with waits that double up to RECONNECT_LAST, for RECONNECT_FOR seconds
-    at most, each wait said on the terminal; the detach key stops the
+    Relayed, the detach key is seen here too (``_relay``): a remote that
+    does not answer it is left. A connection that drops (ssh exits 255, or
+    is killed) is made again, with waits that double up to RECONNECT_LAST,
+    for RECONNECT_FOR seconds at most, each wait said on the terminal; the
+    detach key (in whatever encoding the terminal sends it) stops the
     waiting. The remote session was let go of at the drop (the relay's
     input ended; through ``-tt``, sshd hung its terminal up), so the next
     attach replays everything it wrote meanwhile. The terminal's modes are put back after each ssh (one that
@@ -95,14 +97,21 @@ def interactive(
     given_up_at: float | None = None
     while True:
         started = time.monotonic()
+        detached = False
         try:
-            status = relay_terminal(argv) if relay else subprocess.run(argv).returncode
+            if relay:
+                status, detached = relay_terminal(argv, detach_key)
+            else:
+                status = subprocess.run(argv).returncode
         except FileNotFoundError as exc:
             raise CliError("ssh is not installed (not on PATH)") from exc
         finally:
-            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+            termios.tcsetattr(0, termios.TCSAFLUSH if detached else termios.TCSADRAIN, modes)
         if status != SSH_FAILED and status >= 0:
             return status  # the remote attach's own end: detached, exited
+        if detached:  # and ssh had to be ended, or failed: not to be made again
+            _say(f"[detached: {host.name} did not answer; the session runs on there]")
+            return 0
         now = time.monotonic()
         if given_up_at is None or now - started >= WAS_UP:
             given_up_at, waits = now + RECONNECT_FOR, _waits()
@@ -145,8 +154,11 @@ def _say(line: str) -> None:
 
 
 def _key_within(key: bytes | None, seconds: float) -> bool:
-    """Wait ``seconds``, reading the terminal raw: True if ``key`` came."""
+    """Wait ``seconds``, reading the terminal raw: True if ``key`` came,
+    in any encoding (the program there may have turned on the kitty
+    keyboard protocol: the terminal still sends what it asked for)."""
     end = time.monotonic() + seconds
+    keys = DetachMatcher(key) if key is not None else None
     modes = termios.tcgetattr(0)
     try:
         tty.setraw(0, termios.TCSANOW)
@@ -156,8 +168,10 @@ def _key_within(key: bytes | None, seconds: float) -> bool:
                 typed = os.read(0, 1024)
                 if not typed:
                     return True  # the terminal went away
-                if key is not None and key in typed:
-                    return True
+                if keys is not None:
+                    keys.feed(typed)  # what is not the key is dropped
+                    if keys.detached:
+                        return True
         return False
     finally:
         termios.tcsetattr(0, termios.TCSADRAIN, modes)

@@ -31,8 +31,10 @@ import tty
 from collections.abc import Callable, Iterator
 
 from multiserver import OutputBuffer
+from multiserver_cli.attach._keys import DetachMatcher
 from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
 from multiserver_cli.attach._tty import is_terminal, real_tty
+from multiserver_cli.attach._typed import TypedInput
 
 READ_SIZE = 65536
 # What one pass reads from the PTY before writing it on: a PTY hands out
@@ -237,9 +239,9 @@ class _Copy:
         self.stdin = stdin
         self.out = out
         self.ctl = ctl
-        self.detach_key = detach_key
         self.screen = screen
-        self.answers = answers
+        keys = DetachMatcher(detach_key) if detach_key is not None else None
+        self.typed = TypedInput(keys, answers)
         self.notes = notes
         self._to_terminal = bytearray()
         self._to_program = bytearray()
@@ -254,9 +256,8 @@ class _Copy:
                 events = self._poller.poll(self._timeout_ms())
             except InterruptedError:
                 continue
-            if self._timeout_ms() == 0:  # the answer window's time is up
-                assert self.answers is not None
-                self._to_program += self.answers.expire()
+            if self._timeout_ms() == 0:  # the answer window's, or a held key's, time is up
+                self._to_program += self.typed.expire(time.monotonic())
             ready = dict(events)
             if self.ctl in ready and self._read_ctl():
                 return STOPPED
@@ -316,9 +317,10 @@ class _Copy:
         return False
 
     def _timeout_ms(self) -> int | None:
-        if self.answers is None or self.answers.phase != "window":
+        deadline = self.typed.deadline()
+        if deadline is None:
             return None
-        left = self.answers.deadline - time.monotonic()
+        left = deadline - time.monotonic()
         return 0 if left <= 0 else int(left * 1000) + 1
 
     def _read_program(self) -> bool:
@@ -373,22 +375,14 @@ class _Copy:
             return TERMINAL_GONE
         if not data:
             return TERMINAL_GONE
-        at = data.find(self.detach_key) if self.detach_key is not None else -1
-        if at >= 0:
-            data = data[:at]
-        if self.answers is not None:
-            data = self.answers.feed(data)
-            if at >= 0:
-                data += self.answers.close()
-        self._to_program += data
+        self._to_program += self.typed.feed(data, time.monotonic())
         self._write_program()
-        return DETACH if at >= 0 else None
+        return DETACH if self.typed.detached else None
 
     def finish(self, reason: str) -> None:
         """On the way out: the terminal gets the output read for it (unless
         it is gone), the program what of its input fits now."""
-        if self.answers is not None:
-            self._to_program += self.answers.close()
+        self._to_program += self.typed.close()
         self._write_program()
         if reason != TERMINAL_GONE and self._to_terminal:
             with contextlib.suppress(OSError):

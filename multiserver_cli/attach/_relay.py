@@ -7,7 +7,11 @@ remote attach runs with no terminal (``ssh -T``) and is told it has one:
 
 - here (``relay_terminal``): this terminal in raw mode; ssh's output is
   this terminal itself (no copy here either); what is typed, and each size
-  change, goes to ssh's stdin as ``_relay_codec`` frames it;
+  change, goes to ssh's stdin as ``_relay_codec`` frames it. The detach
+  key is looked for here too, in every encoding (``_keys``), and sent on
+  as its plain byte: the remote attach detaches as it does on a tty, and
+  one that does not (it does not read, its host is frozen) is left after
+  DETACH_WAIT all the same;
 - there (``serve_relayed``, ``attach --relay``): the channel's input is
   decoded by a thread into a pipe that becomes fd 0, sizes are kept and
   announced with SIGWINCH, fd 2 joins fd 1 (status lines and errors come
@@ -34,15 +38,25 @@ import time
 import tty
 
 from multiserver_cli._errors import CliError
+from multiserver_cli.attach._keys import DetachMatcher
 from multiserver_cli.attach._relay_codec import Decoder, Size, encode_input, encode_size
 from multiserver_cli.attach._tty import Relayed, terminal_size, use_relayed
 
 # How long the remote attach waits for the first size (sent at once).
 FIRST_SIZE_WAIT = 15.0
-# Typed input not yet taken by ssh; past it the terminal is not read.
+# Typed input not yet taken by ssh. Past it the terminal is still read,
+# for the detach key, and what else is typed is dropped: ssh buffers far
+# more than this before it stops taking input, so the other side is not
+# reading at all.
 PENDING_LIMIT = 64 * 1024
 # After the terminal went away, how long ssh has to finish before it is told to.
 GONE_WAIT = 10.0
+# After the detach key, how long the remote attach has to detach (a round
+# trip) before it is left: ssh is ended.
+DETACH_WAIT = 2.0
+
+# How ``_pump`` ends.
+SSH_DONE, TERMINAL_GONE, DETACH_UNANSWERED = "ssh-done", "terminal-gone", "detach-unanswered"
 
 
 # --- there: attach --relay ---------------------------------------------------------
@@ -128,12 +142,13 @@ def _write_all(fd: int, data: bytes) -> None:
 # --- here: the person's terminal, relayed to ssh -----------------------------------
 
 
-def relay_terminal(argv: list[str]) -> int:
+def relay_terminal(argv: list[str], detach_key: bytes | None = None) -> tuple[int, bool]:
     """Run ``argv`` (an ``ssh -T`` running ``attach --relay``) with this
     terminal (fd 0, raw meanwhile) relayed to it: its output is written to
     the terminal by ssh itself; what is typed and each size change go to
-    its stdin. Returns ssh's exit status (negative: killed by a signal).
-    The terminal's modes come back on the way out."""
+    its stdin, up to ``detach_key`` (see the module's docstring). Returns
+    ssh's exit status (negative: killed by a signal) and whether the
+    detach key was typed. The terminal's modes come back on the way out."""
     import subprocess
 
     stdin = sys.stdin.fileno()
@@ -145,6 +160,7 @@ def relay_terminal(argv: list[str]) -> int:
     old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
     old_wakeup = signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
     to_ssh = -1
+    detached = False
     waiter: threading.Thread | None = None
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -164,17 +180,21 @@ def relay_terminal(argv: list[str]) -> int:
 
         waiter = threading.Thread(target=wait, name="ssh", daemon=True)
         waiter.start()
-        gone = _pump(stdin, to_ssh, sig_r, done_r, size)
+        keys = DetachMatcher(detach_key) if detach_key is not None else None
+        ended = _pump(stdin, to_ssh, sig_r, done_r, size, keys)
         os.close(to_ssh)  # its end of input: the remote attach lets go
         to_ssh = -1
-        if gone:
+        if ended == DETACH_UNANSWERED:
+            proc.terminate()
+        elif ended == TERMINAL_GONE:
             try:
                 proc.wait(GONE_WAIT)
             except subprocess.TimeoutExpired:
                 proc.terminate()
         status = proc.wait()
         waiter.join()  # done_w is written before it is closed
-        return status
+        detached = keys is not None and keys.detached
+        return status, detached
     finally:
         if waiter is not None and waiter.is_alive() and proc is not None:
             proc.kill()  # an error here: ssh goes too, before done_w does
@@ -184,22 +204,30 @@ def relay_terminal(argv: list[str]) -> int:
         for fd in (sig_r, sig_w, done_r, done_w, to_ssh):
             if fd >= 0:
                 os.close(fd)
+        # After a detach, what was typed since is dropped, as a local attach
+        # drops it: a kitty key release, say, is not for the shell.
+        when = termios.TCSAFLUSH if detached else termios.TCSADRAIN
         with contextlib.suppress(termios.error):
-            termios.tcsetattr(stdin, termios.TCSADRAIN, modes)
+            termios.tcsetattr(stdin, when, modes)
 
 
-def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, said: Size) -> bool:
-    """Until ssh exits (``done_r``; False) or the terminal is gone (True):
-    the terminal's input and its sizes (``sig_r``: SIGWINCH; ``said``: the
-    first, sent before anything else) to ssh."""
+def _pump(
+    stdin: int, to_ssh: int, sig_r: int, done_r: int, said: Size, keys: DetachMatcher | None
+) -> str:
+    """Until ssh exits (``done_r``: SSH_DONE), the terminal is gone
+    (TERMINAL_GONE), or ssh has not exited DETACH_WAIT after the detach key
+    (DETACH_UNANSWERED): the terminal's input up to that key, then the key's
+    byte, and its sizes (``sig_r``: SIGWINCH; ``said``: the first, sent
+    before anything else) to ssh."""
     pending = bytearray(encode_size(*said))
     poller = select.poll()
     poller.register(done_r, select.POLLIN)
     poller.register(sig_r, select.POLLIN)
     masks: dict[int, int] = {}
+    left_by: float | None = None  # when to leave, once the detach key came
     while True:
         want = {
-            stdin: select.POLLIN if len(pending) < PENDING_LIMIT else 0,
+            stdin: select.POLLIN,  # after the key too: what follows is dropped
             to_ssh: select.POLLOUT if pending else 0,
         }
         for fd, mask in want.items():
@@ -211,21 +239,31 @@ def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, said: Size) -> bool:
             else:
                 poller.unregister(fd)
                 del masks[fd]
+        until = left_by
+        if until is None and keys is not None:
+            until = keys.held_until  # a tail that may start the key goes on then
         try:
-            ready = dict(poller.poll())
+            ready = dict(poller.poll(None if until is None else _ms_until(until)))
         except InterruptedError:
             continue
         if done_r in ready:
-            return False
+            return SSH_DONE
+        now = time.monotonic()
+        if left_by is not None and now >= left_by:
+            return DETACH_UNANSWERED
         signals = os.read(sig_r, 64) if sig_r in ready else b""
-        typed = b""
+        typed = keys.expire(now) if keys is not None else b""
         if stdin in ready:
             try:
-                typed = os.read(stdin, 65536)
+                read = os.read(stdin, 65536)
             except OSError:
-                typed = b""
-            if not typed:
-                return True
+                read = b""
+            if not read:
+                return TERMINAL_GONE
+            typed += keys.feed(read, now) if keys is not None else read
+            if keys is not None and keys.detached and left_by is None:
+                typed += keys.key  # the remote attach detaches on its plain byte
+                left_by = now + DETACH_WAIT
         # Keys read are followed by a look at the size, SIGWINCH or not: poll
         # can say stdin before the signal's handler has run (the kernel runs
         # it as poll returns), and keys typed after a resize must go after
@@ -235,7 +273,8 @@ def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, said: Size) -> bool:
         if asked and (size := terminal_size(stdin)) and size != said:
             pending += encode_size(*size)
             said = size
-        pending += encode_input(typed)
+        if len(pending) < PENDING_LIMIT or left_by is not None:
+            pending += encode_input(typed)
         if to_ssh in ready:
             try:
                 del pending[: os.write(to_ssh, pending)]
@@ -243,3 +282,7 @@ def _pump(stdin: int, to_ssh: int, sig_r: int, done_r: int, said: Size) -> bool:
                 pass
             except OSError:  # ssh's input is closed: it is on its way out
                 pending.clear()
+
+
+def _ms_until(deadline: float) -> int:
+    return max(0, int((deadline - time.monotonic()) * 1000) + 1)

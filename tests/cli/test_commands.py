@@ -401,6 +401,14 @@ def test_help_exits_zero_and_shows_an_example(
         assert f"\n  multiserver {args[0]}" in text  # the example uses the subcommand
 
 
+@pytest.mark.parametrize("command", ["new", "attach"])
+def test_help_names_the_detach_key(capfdbinary: pytest.CaptureFixture[bytes], command: str) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capfdbinary.readouterr().out.decode()
+    assert "\ndetach: press ^\\ (Ctrl-\\)" in text, text
+
+
 def test_help_as_a_script_runs_it(ms_dirs: MsDirs) -> None:
     result = run_ms(ms_dirs, "new", "--help")
     assert result.returncode == 0 and b"example:\n  multiserver new" in result.stdout

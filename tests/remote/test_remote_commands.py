@@ -116,8 +116,13 @@ async def test_a_dropped_connection_reconnects_and_replays_what_was_missed(
     await term.wait_screen("detached from web")
 
 
+# Ctrl-\\ as the terminal sends it: as is; after a program there turned on
+# the kitty keyboard protocol; or xterm's modifyOtherKeys.
+@pytest.mark.parametrize(
+    "sent", [b"\x1c", b"\x1b[92;5u", b"\x1b[27;5;92~"], ids=["plain", "kitty", "modify-other-keys"]
+)
 async def test_the_detach_key_stops_the_reconnecting(
-    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal], sent: bytes
 ) -> None:
     term = await attached_over_ssh(ms_dirs, sshd, open_terminal)
     # The host goes away for good: sshd stops taking connections.
@@ -127,7 +132,7 @@ async def test_the_detach_key_stops_the_reconnecting(
         with contextlib.suppress(ProcessLookupError):  # gone with the master
             os.kill(pid, signal.SIGKILL)
     await term.wait_screen("[reconnecting to db1...")
-    term.type(b"\x1c")
+    term.type(sent)
     await term.wait_screen("[stopped reconnecting to db1; the session runs on there]")
     await term.wait_prompt(count=2)
 

@@ -1,17 +1,33 @@
 """attach HOST:NAME relays the person's terminal over ``ssh -T`` (_relay):
 no PTY of sshd's between the session and the link, and still what a
 terminal attach does: its size and size changes, every key (NUL and ssh's
-``~.`` too), status lines at a line start, the terminal reset at the end."""
+``~.`` too), status lines at a line start, the terminal reset at the end.
+The detach key in every encoding a terminal sends, seen on this side too:
+a remote that does not read is left all the same."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 from collections.abc import Callable
+
+import pytest
 
 from tests.cli.conftest import Terminal, cmdline
 from tests.conftest import MsDirs
 from tests.remote.conftest import Remote
-from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in
+from tests.remote.sshd import process_tree
+from tests.remote.test_hosts import run
+from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in, wait_until
+
+# Ctrl-\ as a terminal sends it once a program there asked for the kitty
+# keyboard protocol (flags 1; 31: then its release follows) or for xterm's
+# modifyOtherKeys.
+KITTY_1 = b"\x1b[92;5u"
+KITTY_31 = b"\x1b[92;5u\x1b[92;5:3u"
+MODIFY_OTHER_KEYS = b"\x1b[27;5;92~"
 
 
 async def attached(
@@ -70,3 +86,46 @@ async def test_a_full_screen_program_is_left_and_the_terminal_reset(
         assert undo in after, after
     # ... before the status line, so that it is shown on the main screen.
     assert after.index(b"\x1b[?1049l") < after.index(b"[detached from web]")
+
+
+@pytest.mark.parametrize(
+    "sent", [KITTY_31, MODIFY_OTHER_KEYS], ids=["kitty-31", "modify-other-keys"]
+)
+async def test_the_detach_key_in_another_encoding_detaches_over_the_relay(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal], sent: bytes
+) -> None:
+    # The program there turns the protocol on (a terminal would then send
+    # Ctrl-\\ as ``sent``) and shows each byte it reads, as it reads it.
+    script = r"stty raw -echo; printf '\033[>1uready\n'; exec od -An -tx1 -w1 -v"
+    term = await attached(ms_dirs, sshd, open_terminal, script)
+    await term.wait_screen("ready")
+    term.type(b"ab" + sent)
+    await term.wait_screen("[detached from web]")
+    await term.wait_prompt(count=2)
+    assert ssh_clients_in(term) == []
+    peeked = run(ms_dirs, sshd, "peek", "db1:web").stdout
+    assert re.findall(r"^ ([0-9a-f]{2})$", peeked, re.M) == ["61", "62"], peeked
+    term.line("echo after")
+    await term.wait_screen("\nafter")
+    assert "92" not in term.screen_text()  # nothing of the key reached the shell
+
+
+async def test_a_remote_that_never_reads_is_left_with_the_detach_key(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    term = await attached(ms_dirs, sshd, open_terminal, "echo ready; exec sleep 1000")
+    await term.wait_screen("ready")
+    (remote,) = [
+        p for p in process_tree(sshd.proc.pid) if "--relay" in cmdline(p) and "web" in cmdline(p)
+    ]
+    os.kill(remote, signal.SIGSTOP)  # the remote attach reads nothing more
+    try:
+        term.type(KITTY_1)
+        await term.wait_screen("[detached: db1 did not answer; the session runs on there]")
+        await term.wait_prompt(count=2)
+        await wait_until(lambda: not ssh_clients_in(term), "ssh ended", 10)
+        term.line("stty -a | grep -o -- '-icanon\\|icanon' | head -1")
+        await term.wait_screen("\nicanon")  # the terminal's own modes are back
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(remote, signal.SIGCONT)
