@@ -15,7 +15,7 @@ from argparse import ArgumentParser, Namespace
 
 NAME = "completion"
 HELP = "print a script that completes commands, flags and session names in bash, zsh or fish"
-EXAMPLE = 'eval "$(multiserver completion bash)"   # in ~/.bashrc'
+EXAMPLE = "multiserver completion bash >> ~/.bashrc   # or zsh, fish"
 # main hands this command the whole parser (args.whole_parser): the
 # commands are main's table, which no command imports.
 WHOLE_PARSER = True
