@@ -73,6 +73,7 @@ class _SimHost:
             buffer_limit=self._buffer_limit,
         )
         self.children[child_id] = child
+        self._daemon._note_change()
         return child
 
     def spawn(self, msg: Launch, env: dict[str, str]) -> SimChild:
@@ -184,6 +185,16 @@ class SimDaemon:
         Cancellation: nothing happened.
         """
         while len(self._conns) != count:
+            await self._changed.wait()
+
+    async def wait_children(self, count: int) -> None:
+        """Wait until at least ``count`` children are there (launched or
+        added): a test waits on the launch itself, not on a poll that moves
+        a mock clock on.
+
+        Cancellation: nothing happened.
+        """
+        while len(self._host.children) < count:
             await self._changed.wait()
 
     def add_child(

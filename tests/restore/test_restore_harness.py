@@ -674,8 +674,10 @@ async def test_cancelling_mid_build_leaves_no_fd_open(
                         async def cancel_during_the_second() -> None:
                             # The first launch is answered at 5 s, the
                             # second at 10 s: cancel 1 s after the first.
-                            while not relauncher.children:
-                                await trio.sleep(0.1)
+                            # Waited on, not polled: a poll moves the mock
+                            # clock on while the restore waits on the
+                            # store's thread, to past its deadline (a hang).
+                            await relauncher.wait_children(1)
                             await trio.sleep(1)
                             scope.cancel()
 

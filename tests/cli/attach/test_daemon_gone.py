@@ -30,7 +30,9 @@ DETACH = "\x1c"  # Ctrl-\
 PROGRAM = [
     "sh",
     "-c",
-    'while read l; do echo "got:$l"; [ "$l" = size ] && stty size; done',
+    # This pytest's pid in the line: programs() finds this run's, not those
+    # of another run of the suite on the same machine.
+    f'while read l; do echo "got:$l"; [ "$l" = size ] && stty size; done # {os.getpid()}',
     "held-program-marker",
 ]
 
