@@ -5,11 +5,16 @@ terminal attach does: its size and size changes, every key (NUL and ssh's
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 from collections.abc import Callable
 
-from tests.cli.conftest import Terminal, cmdline
-from tests.conftest import MsDirs
+from multiserver import screen_reset
+from tests.cli.conftest import Terminal, cmdline, session_pids
+from tests.conftest import MsDirs, wait_until
+from tests.procs import is_dead
 from tests.remote.conftest import Remote
 from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in
 
@@ -70,3 +75,45 @@ async def test_a_full_screen_program_is_left_and_the_terminal_reset(
         assert undo in after, after
     # ... before the status line, so that it is shown on the main screen.
     assert after.index(b"\x1b[?1049l") < after.index(b"[detached from web]")
+
+
+FULL_SCREEN = r"printf '\033[?1049h\033[?25l\033[?1000h\033[?2004hfull-screen'; exec sleep 1000"
+
+
+async def test_a_link_lost_in_a_full_screen_program_resets_before_the_reconnect_lines(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """Before: the relay put back termios only, the "[reconnecting...]"
+    lines were drawn on the alternate screen, and after giving up the modes
+    stayed. The remote attach could not reset (its link was gone): this
+    side does, every mode, before saying anything."""
+    term = await attached(ms_dirs, sshd, open_terminal, FULL_SCREEN)
+    await term.wait_screen("full-screen")
+    seen = len(term.raw)
+    for pid in ssh_clients_in(term):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # the link drops
+    await term.wait_screen("[reconnecting to db1...")
+    after = bytes(term.raw[seen:])
+    reset = screen_reset(None)
+    assert reset in after and after.index(reset) < after.index(b"[reconnecting"), after
+    term.type(b"\x1c")
+    await term.wait_screen("[stopped reconnecting to db1")
+
+
+async def test_sigterm_to_the_client_leaves_no_ssh_and_resets_the_terminal(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """Before: SIGTERM ended the client and left its ``ssh -T`` running,
+    and the terminal in the program's modes."""
+    term = await attached(ms_dirs, sshd, open_terminal, FULL_SCREEN)
+    await term.wait_screen("full-screen")
+    ssh = ssh_clients_in(term)
+    [client] = [
+        p for p in session_pids(term.pid) if "db1:web" in cmdline(p) and cmdline(p)[:1] != ["ssh"]
+    ]
+    seen = len(term.raw)
+    os.kill(client, signal.SIGTERM)
+    await wait_until(lambda: all(is_dead(p) for p in [client, *ssh]), 15, "client and ssh gone")
+    await term.wait_prompt(count=2)
+    assert screen_reset(None) in bytes(term.raw[seen:])
