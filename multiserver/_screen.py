@@ -57,6 +57,7 @@ ST = b"\x1b\\"
 _KITTY_POP_ALL = b"\x1b[<99u"
 _MODIFY_OTHER_KEYS_RESET = b"\x1b[>4m"  # back to the terminal's initial value
 _ORIGIN_RESET = b"\x1b[?6l"
+_TO_BOTTOM = b"\x1b[9999;1H"  # the bottom line, first column
 # Modes that every terminal parses, reset whatever was shown.
 _RESET_MODES = b"".join(
     [
@@ -135,15 +136,13 @@ class ScreenModes:
         """Modes nobody here followed (a relay's output goes from ssh to
         the terminal): anything may be on. Leaving the alternate screen is
         made harmless on the main screen by saving the cursor first (xterm
-        keeps one saved cursor a screen)."""
+        keeps one saved cursor a screen, and ``?1049l`` restores it)."""
         modes = cls()
         modes._alternate = 1049
         modes._kitty_main = _KittyStack(dirty=True)
         modes._kitty_alternate = _KittyStack(dirty=True)
         modes._modify_other_keys = True
-        # Origin mode is not reset: ``?6l`` homes the cursor, and on tmux's
-        # main screen nothing would put it back. Leaving the alternate
-        # screen restores it (DECRC) where it was set there.
+        modes._origin = True
         modes._unknown = True
         return modes
 
@@ -190,6 +189,11 @@ class ScreenModes:
                 out += _KITTY_POP_ALL
             if self._origin:
                 out += _ORIGIN_RESET
+                if self._unknown:
+                    # ?6l homes the cursor; if this is the main screen after
+                    # all, tmux may not move it back on ?1049l: the bottom
+                    # line, where lines that follow scroll, is the safe place.
+                    out += _TO_BOTTOM
             out += b"\x1b[?%dl" % self._alternate
         out += b"\x1b7"
         if self._kitty_main.dirty():
@@ -198,7 +202,7 @@ class ScreenModes:
         if self._origin and not self._alternate:
             # Set on the main screen: ESC 8 brought it back, and resetting it
             # homes the cursor; the status line goes to the bottom instead.
-            out += _ORIGIN_RESET + b"\x1b[9999;1H"
+            out += _ORIGIN_RESET + _TO_BOTTOM
         if self._modify_other_keys:
             out += _MODIFY_OTHER_KEYS_RESET
         out += _RESET_MODES

@@ -17,6 +17,9 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
+from multiserver import screen_reset
 from restore import RELAUNCH_MARKER
 from tests.cli.attach import test_attach_tmux
 from tests.cli.attach.test_attach_tmux import GIVEN_BACK, TmuxWindow
@@ -166,3 +169,41 @@ async def test_after_a_reboot_the_relaunched_shell_starts_on_a_clean_terminal(
     tmux.keys("C-\\")
     await tmux.wait_screen("[detached from r]")
     assert tmux.flags() == GIVEN_BACK
+
+
+# Each mode a program sets, as tmux shows it: (format, value once set).
+MODE_TABLE = [
+    (b"\x1b[?1049h", "alternate_on", "1"),
+    (b"\x1b[?25l", "cursor_flag", "0"),
+    (b"\x1b[?1h", "keypad_cursor_flag", "1"),
+    (b"\x1b=", "keypad_flag", "1"),
+    # tmux keeps one mouse mode, the last set: each is set, one shows.
+    (b"\x1b[?1000h", "mouse_standard_flag", "0"),
+    (b"\x1b[?1002h", "mouse_button_flag", "0"),
+    (b"\x1b[?1003h", "mouse_all_flag", "1"),
+    (b"\x1b[?1006h", "mouse_sgr_flag", "1"),
+    (b"\x1b[?1005h", "mouse_utf8_flag", "1"),
+    (b"\x1b[?6h", "origin_flag", "1"),
+    (b"\x1b[4h", "insert_flag", "1"),
+    (b"\x1b[?7l", "wrap_flag", "0"),
+    (b"\x1b[3;9r", "scroll_region_upper", "2"),
+]
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["followed", "unknown"])
+async def test_the_reset_undoes_each_mode_of_the_table_in_tmux(
+    ms_dirs: MsDirs, tmux: TmuxWindow, known: bool
+) -> None:
+    """Every mode set at once, then the one reset (fed with what was shown,
+    or for unknown modes as after a relay's lost link): tmux reports each
+    as it was before."""
+    formats = " ".join(f"#{{{name}}}" for _, name, _ in MODE_TABLE)
+    before = tmux.tmux("display", "-p", formats).split()
+    modes = b"".join(seq for seq, _, _ in MODE_TABLE)
+    (ms_dirs.root / "modes").write_bytes(modes)
+    (ms_dirs.root / "reset").write_bytes(screen_reset(modes if known else None))
+    tmux.line(f"cat {ms_dirs.root / 'modes'}; read x; cat {ms_dirs.root / 'reset'}")
+    set_all = [value for _, _, value in MODE_TABLE]
+    await tmux.wait(lambda: tmux.tmux("display", "-p", formats).split() == set_all, "all set")
+    tmux.keys("Enter")
+    await tmux.wait(lambda: tmux.tmux("display", "-p", formats).split() == before, "all reset")
