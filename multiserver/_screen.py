@@ -142,7 +142,10 @@ class ScreenModes:
         modes._kitty_main = _KittyStack(dirty=True)
         modes._kitty_alternate = _KittyStack(dirty=True)
         modes._modify_other_keys = True
-        modes._origin = True
+        # Origin mode is left as it is: ``?6l`` homes the cursor, and on
+        # tmux's main screen nothing puts it back (xterm's ``?1049l`` does,
+        # and restores origin mode with it). Once the scroll region is the
+        # whole screen, origin mode on positions as if it were off.
         modes._unknown = True
         return modes
 
@@ -189,11 +192,6 @@ class ScreenModes:
                 out += _KITTY_POP_ALL
             if self._origin:
                 out += _ORIGIN_RESET
-                if self._unknown:
-                    # ?6l homes the cursor; if this is the main screen after
-                    # all, tmux may not move it back on ?1049l: the bottom
-                    # line, where lines that follow scroll, is the safe place.
-                    out += _TO_BOTTOM
             out += b"\x1b[?%dl" % self._alternate
         out += b"\x1b7"
         if self._kitty_main.dirty():

@@ -206,4 +206,6 @@ async def test_the_reset_undoes_each_mode_of_the_table_in_tmux(
     set_all = [value for _, _, value in MODE_TABLE]
     await tmux.wait(lambda: tmux.tmux("display", "-p", formats).split() == set_all, "all set")
     tmux.keys("Enter")
+    if not known:  # left on: with the whole screen as scroll region it does nothing
+        before[[name for _, name, _ in MODE_TABLE].index("origin_flag")] = "1"
     await tmux.wait(lambda: tmux.tmux("display", "-p", formats).split() == before, "all reset")
