@@ -70,6 +70,7 @@ EXPORTS = {
     ),
     "multiserver._platform": ("set_winsize",),
     "multiserver._record": ("Twin", "mutable_record", "record"),
+    "multiserver._screen": ("ScreenModes", "screen_reset"),
     "multiserver._proto": (
         "MIN_PROTOCOL_VERSION",
         "NAME_RE",

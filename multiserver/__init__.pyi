@@ -106,6 +106,10 @@ from multiserver._results import (
     LaunchResult as LaunchResult,
     PeekResult as PeekResult,
 )
+from multiserver._screen import (
+    ScreenModes as ScreenModes,
+    screen_reset as screen_reset,
+)
 from multiserver._spawn import (
     TimedOut as TimedOut,
     spawn_detached as spawn_detached,

@@ -55,12 +55,14 @@ def host_of(name: str) -> Host:
     return hosts[name]
 
 
-def passed(done: subprocess.CompletedProcess[bytes], host: str) -> int:
-    """The remote command's output and status, as if it ran here; its
-    messages (``multiserver: ...``) say which host said them, as the same
-    words from a local command would be read as this machine's."""
-    sys.stdout.buffer.write(done.stdout)
-    sys.stdout.buffer.flush()
+def passed(done: subprocess.CompletedProcess[bytes], host: str, *, stdout: bool = True) -> int:
+    """The remote command's output (unless the caller shows it: not
+    ``stdout``) and status, as if it ran here; its messages
+    (``multiserver: ...``) say which host said them, as the same words
+    from a local command would be read as this machine's."""
+    if stdout:
+        sys.stdout.buffer.write(done.stdout)
+        sys.stdout.buffer.flush()
     sys.stderr.buffer.write(labelled(done.stderr, host))
     sys.stderr.buffer.flush()
     return done.returncode

@@ -33,7 +33,7 @@ from typing import Literal
 
 import attrs
 
-from multiserver import ChildInfo, describe_exit
+from multiserver import ChildInfo, describe_exit, screen_reset
 from restore.store._model import Arrangement, RestorationRef, SessionLeaf
 
 Outcome = Literal[
@@ -337,14 +337,18 @@ RELAUNCH_MARKER = "--- multiserver: the earlier session expired; a new one was s
 
 
 def relaunch_notice(leaf: SessionLeaf, why: str) -> bytes:
-    """What a relaunched session shows first: its saved scrollback, then a
+    """What a relaunched session shows first: its saved scrollback, then the
+    terminal reset (``screen_reset``: the old program's screen ends there,
+    its modes with it: the new program starts on a clean terminal), then a
     marker line that says what happened. A notice nobody has seen yet (an
     earlier relaunch's, never attached) comes first: the scrollback is what
     came after it (bounded, the newest bytes kept)."""
     head = (leaf.notice or b"") + (leaf.scrollback or b"")
-    if head and not head.endswith(b"\n"):
-        head += b"\r\n"
-    return head + f"\x1b[0m{RELAUNCH_MARKER}\r\n({why})\r\n".encode()
+    if head:
+        if not head.endswith(b"\n"):
+            head += b"\r\n"
+        head += screen_reset(head)
+    return head + f"{RELAUNCH_MARKER}\r\n({why})\r\n".encode()
 
 
 # --- sessions on other hosts ------------------------------------------------------

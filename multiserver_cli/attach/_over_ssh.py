@@ -7,8 +7,10 @@ the link; else ``ssh -tt``) and makes the connection again when it drops.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -25,6 +27,10 @@ from multiserver_cli._version import compatible
 from multiserver_cli.attach._keys import DetachMatcher, key_name
 from multiserver_cli.attach._relay import relay_terminal
 from restore import SSH_FAILED, Host, remote_json, ssh_argv
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Reconnecting after a drop: waits double from the first to the last, and
 # it gives up RECONNECT_FOR seconds after the drop.
@@ -51,7 +57,9 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
     with open_saved() as saved:
         notice = take_notice(saved, f"{host_name}:{name}")
     if notice:
-        os.write(sys.stdout.fileno(), notice)
+        from multiserver_cli._replay import strip_for_terminal
+
+        os.write(sys.stdout.fileno(), strip_for_terminal(notice))
     words = ["attach", *detach_words(args)]
     if "host-label" in features:  # its refusals name this host (as `rh: ...`)
         words += ["--host-label", host_name]
@@ -80,8 +88,11 @@ def interactive(
     detach key (in whatever encoding the terminal sends it) stops the
     waiting. The remote session was let go of at the drop (the relay's
     input ended; through ``-tt``, sshd hung its terminal up), so the next
-    attach replays everything it wrote meanwhile. The terminal's modes are put back after each ssh (one that
-    was killed could not)."""
+    attach replays everything it wrote meanwhile. The terminal's modes are
+    put back after each ssh (one that was killed could not), and after a
+    drop the terminal is reset (``screen_reset``) before the lines for the
+    person. SIGTERM or SIGHUP ends it all: ssh killed and reaped, the
+    terminal put back and reset; the status is 128 + the signal's number."""
     if not os.isatty(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
     if relay is None:
@@ -93,6 +104,21 @@ def interactive(
     else:
         argv = ssh_argv(host, remote, tty=True, batch=False)
     modes = termios.tcgetattr(0)
+    with _signals_end_it():
+        try:
+            return _connections(host, argv, relay, modes, detach_key)
+        except _Signalled as exc:
+            # ssh was killed on the way out (subprocess.run's, relay_terminal's
+            # own cleanup); the terminal's modes are put back and reset.
+            termios.tcsetattr(0, termios.TCSADRAIN, modes)
+            _reset_terminal()
+            return 128 + exc.signum
+
+
+def _connections(
+    host: Host, argv: list[str], relay: bool, modes: list[Any], detach_key: bytes | None
+) -> int:
+    """ssh, made again after each drop (see ``interactive``)."""
     waits = _waits()
     given_up_at: float | None = None
     while True:
@@ -109,7 +135,11 @@ def interactive(
             termios.tcsetattr(0, termios.TCSAFLUSH if detached else termios.TCSADRAIN, modes)
         if status != SSH_FAILED and status >= 0:
             return status  # the remote attach's own end: detached, exited
-        if detached:  # and ssh had to be ended, or failed: not to be made again
+        # The link is lost (or ssh was ended at the detach key: the remote
+        # did not answer), and the remote attach's reset with it: the
+        # program's modes end here, before the lines for the person.
+        _reset_terminal()
+        if detached:  # not to be made again
             _say(f"[detached: {host.name} did not answer; the session runs on there]")
             return 0
         now = time.monotonic()
@@ -124,6 +154,40 @@ def interactive(
         if _key_within(detach_key, wait):
             _say(f"[stopped reconnecting to {host.name}; the session runs on there]")
             return 0
+
+
+class _Signalled(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_end_it() -> Iterator[None]:
+    """While attached over ssh, SIGTERM and SIGHUP end the attach as an
+    exception where this thread is (in ssh's wait, the relay's poll, the
+    reconnect wait): every step on the way out kills and reaps its ssh, so
+    no ``ssh -T`` is left behind."""
+
+    def end(signum: int, _frame: object) -> None:
+        raise _Signalled(signum)
+
+    old = {s: signal.signal(s, end) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _reset_terminal() -> None:
+    """The one reset (``screen_reset``) where the remote program's screen
+    ends without its own attach's: its modes were never followed here (ssh
+    writes to the terminal itself), so all of them are undone."""
+    from multiserver import screen_reset
+
+    with contextlib.suppress(OSError):
+        os.write(sys.stdout.fileno(), screen_reset(None))
 
 
 def _reach(host: Host) -> frozenset[str]:

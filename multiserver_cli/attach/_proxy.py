@@ -30,9 +30,9 @@ import time
 import tty
 from collections.abc import Callable, Iterator
 
-from multiserver import OutputBuffer
+from multiserver import OutputBuffer, ScreenModes
 from multiserver_cli.attach._keys import DetachMatcher
-from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, ScreenModes, guard_replay
+from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, guard_replay
 from multiserver_cli.attach._tty import is_terminal, real_tty
 from multiserver_cli.attach._typed import TypedInput
 

@@ -196,8 +196,13 @@ def relay_terminal(argv: list[str], detach_key: bytes | None = None) -> tuple[in
         detached = keys is not None and keys.detached
         return status, detached
     finally:
-        if waiter is not None and waiter.is_alive() and proc is not None:
-            proc.kill()  # an error here: ssh goes too, before done_w does
+        # An error or a signal's exception here (``_over_ssh``): ssh goes
+        # too, reaped, before done_w does.
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            if waiter is None:
+                proc.wait()
+        if waiter is not None:
             waiter.join()
         signal.set_wakeup_fd(old_wakeup)
         signal.signal(signal.SIGWINCH, old_winch)

@@ -2,7 +2,12 @@
 (what ``attach`` would replay) without attaching; ``HOST:NAME`` through
 ssh. A session started again by restore shows, as attach does, its saved
 output and the marker first (until an attach takes them); one whose
-program ended unseen, its daemon gone, shows its saved output."""
+program ended unseen, its daemon gone, shows its saved output.
+
+To a pipe or a file the output is byte-exact. To a terminal it is written
+as a replay is (``_replay.for_terminal``: nothing the terminal would answer
+into the shell, no clipboard or notification, the title once), then the
+terminal reset where the program's screen ends (``screen_reset``)."""
 
 from __future__ import annotations
 
@@ -46,8 +51,7 @@ def run(args: Namespace) -> int:
         if ended is not None:
             output = ended.scrollback or b""
             n = len(output) if args.bytes is None else min(args.bytes, len(output))
-            sys.stdout.buffer.write(output[len(output) - n :])
-            sys.stdout.buffer.flush()
+            _show(output[len(output) - n :])
             return 0
         found = live_or_fail(args.name, resolution)
         notice = _notice(saved.find(found.child.name), found.instance_id, found.child.id)
@@ -61,9 +65,21 @@ def run(args: Namespace) -> int:
         from multiserver import safe_start
 
         output = output[safe_start(output, len(output) - args.bytes) :]
-    sys.stdout.buffer.write(output)
-    sys.stdout.buffer.flush()
+    _show(output)
     return 0
+
+
+def _show(output: bytes) -> None:
+    """``output`` on stdout: byte-exact, unless stdout is a terminal."""
+    out = sys.stdout.buffer
+    if out.isatty():
+        from multiserver import screen_reset
+        from multiserver_cli._replay import strip_for_terminal
+
+        shown = strip_for_terminal(output)
+        output = shown + screen_reset(shown) if shown else b""
+    out.write(output)
+    out.flush()
 
 
 def _notice(leaf: SessionLeaf | None, instance_id: str, child_id: int) -> bytes:
@@ -78,13 +94,14 @@ def _notice(leaf: SessionLeaf | None, instance_id: str, child_id: int) -> bytes:
 
 
 def _peek_there(host_name: str, name: str, args: Namespace) -> int:
-    """``peek HOST:NAME``: the host's own peek, its output passed on."""
+    """``peek HOST:NAME``: the host's own peek (to a pipe there: byte-exact),
+    its output passed on as a local peek's is."""
     from multiserver_cli._remote import host_of, passed
     from multiserver_cli._sessions import check_name
     from restore import run_remote
 
     host = host_of(host_name)
     extra = [] if args.bytes is None else ["--bytes", str(args.bytes)]
-    return passed(
-        run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout), host_name
-    )
+    done = run_remote(host, ["peek", *extra, check_name(name)], timeout=host.timeout)
+    _show(done.stdout)
+    return passed(done, host_name, stdout=False)

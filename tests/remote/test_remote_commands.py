@@ -238,3 +238,26 @@ async def test_a_network_cut_reconnects_through_a_new_connection_and_replays(
         await term.wait_screen("detached from web")
     finally:
         link.close()
+
+
+async def test_peek_of_a_host_on_a_terminal_writes_no_query_and_to_a_pipe_every_byte(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """``peek HOST:NAME`` writes to a terminal what a local peek would: the
+    host's peek (to a pipe there, byte-exact) is cleaned here."""
+    asks = r'printf "\033[6n\033[c\033]52;c;aGk=\007\033]11;?\007"; echo asked; exec sleep 600'
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "q", "--", "sh", "-c", asks)
+    assert made.returncode == 0, made.stderr
+    piped = run(ms_dirs, sshd, "peek", "db1:q")
+    assert "\x1b[6n\x1b[c\x1b]52;c;aGk=\x07\x1b]11;?\x07asked" in piped.stdout
+    term = open_terminal(env=person_ssh_env(ms_dirs, sshd))
+    await term.wait_prompt()
+    seen = len(term.raw)
+    term.line("multiserver peek db1:q")
+    await term.wait_prompt(count=2)
+    shown = bytes(term.raw[seen:])
+    assert b"asked" in shown
+    for query in (b"\x1b[6n", b"\x1b[c", b"\x1b]52", b"\x1b]11;?"):
+        assert query not in shown, shown

@@ -15,12 +15,14 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.cli.conftest import Terminal, cmdline
-from tests.conftest import MsDirs
+from multiserver import screen_reset
+from tests.cli.conftest import Terminal, cmdline, session_pids
+from tests.conftest import MsDirs, wait_until
+from tests.procs import is_dead
 from tests.remote.conftest import Remote
 from tests.remote.sshd import process_tree
 from tests.remote.test_hosts import run
-from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in, wait_until
+from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in
 
 # Ctrl-\ as a terminal sends it once a program there asked for the kitty
 # keyboard protocol (flags 1; 31: then its release follows) or for xterm's
@@ -123,9 +125,51 @@ async def test_a_remote_that_never_reads_is_left_with_the_detach_key(
         term.type(KITTY_1)
         await term.wait_screen("[detached: db1 did not answer; the session runs on there]")
         await term.wait_prompt(count=2)
-        await wait_until(lambda: not ssh_clients_in(term), "ssh ended", 10)
+        await wait_until(lambda: not ssh_clients_in(term), 10, "ssh ended")
         term.line("stty -a | grep -o -- '-icanon\\|icanon' | head -1")
         await term.wait_screen("\nicanon")  # the terminal's own modes are back
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(remote, signal.SIGCONT)
+
+
+FULL_SCREEN = r"printf '\033[?1049h\033[?25l\033[?1000h\033[?2004hfull-screen'; exec sleep 1000"
+
+
+async def test_a_link_lost_in_a_full_screen_program_resets_before_the_reconnect_lines(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """Before: the relay put back termios only, the "[reconnecting...]"
+    lines were drawn on the alternate screen, and after giving up the modes
+    stayed. The remote attach could not reset (its link was gone): this
+    side does, every mode, before saying anything."""
+    term = await attached(ms_dirs, sshd, open_terminal, FULL_SCREEN)
+    await term.wait_screen("full-screen")
+    seen = len(term.raw)
+    for pid in ssh_clients_in(term):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # the link drops
+    await term.wait_screen("[reconnecting to db1...")
+    after = bytes(term.raw[seen:])
+    reset = screen_reset(None)
+    assert reset in after and after.index(reset) < after.index(b"[reconnecting"), after
+    term.type(b"\x1c")
+    await term.wait_screen("[stopped reconnecting to db1")
+
+
+async def test_sigterm_to_the_client_leaves_no_ssh_and_resets_the_terminal(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """Before: SIGTERM ended the client and left its ``ssh -T`` running,
+    and the terminal in the program's modes."""
+    term = await attached(ms_dirs, sshd, open_terminal, FULL_SCREEN)
+    await term.wait_screen("full-screen")
+    ssh = ssh_clients_in(term)
+    [client] = [
+        p for p in session_pids(term.pid) if "db1:web" in cmdline(p) and cmdline(p)[:1] != ["ssh"]
+    ]
+    seen = len(term.raw)
+    os.kill(client, signal.SIGTERM)
+    await wait_until(lambda: all(is_dead(p) for p in [client, *ssh]), 15, "client and ssh gone")
+    await term.wait_prompt(count=2)
+    assert screen_reset(None) in bytes(term.raw[seen:])

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, screen_reset
 from restore import Arrangement, PendingLaunch, RestorationRef, SessionLeaf, Split, Tab, Window
 from restore._plan import (
     ATTACH_SHARE,
@@ -351,15 +351,16 @@ def test_a_session_held_by_a_client_whose_daemon_died_is_not_relaunched() -> Non
 
 def test_notice_without_scrollback_is_the_marker_line() -> None:
     notice = relaunch_notice(leaf("x"), "daemon gone")
-    assert notice == f"\x1b[0m{RELAUNCH_MARKER}\r\n(daemon gone)\r\n".encode()
+    assert notice == f"{RELAUNCH_MARKER}\r\n(daemon gone)\r\n".encode()
 
 
 def test_notice_shows_scrollback_then_the_marker_on_its_own_line() -> None:
     notice = relaunch_notice(leaf("x", scrollback=b"$ make\r\nok"), "why")
-    assert notice.startswith(b"$ make\r\nok\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+    reset = screen_reset(b"$ make\r\nok\r\n")
+    assert notice.startswith(b"$ make\r\nok\r\n" + reset + RELAUNCH_MARKER.encode())
     # Scrollback that ends a line gets no extra blank line.
     notice = relaunch_notice(leaf("x", scrollback=b"$ ls\r\n"), "why")
-    assert notice.startswith(b"$ ls\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+    assert notice.startswith(b"$ ls\r\n" + screen_reset(b"") + RELAUNCH_MARKER.encode())
     assert notice.endswith(b"\r\n(why)\r\n")
 
 
@@ -370,13 +371,26 @@ def test_notice_keeps_the_scrollback_byte_exact() -> None:
     assert notice.index(RELAUNCH_MARKER.encode()) > len(scrollback)
 
 
+def test_the_old_programs_modes_end_before_the_marker() -> None:
+    """The saved screen of a full-screen program (alternate screen, kitty
+    keyboard flags, mouse, hidden cursor) ends before the marker: the new
+    program does not start inside the old one's modes."""
+    old = b"$ vim\r\n\x1b[?1049h\x1b[>1u\x1b[?1000h\x1b[?25l~\r\n~"
+    notice = relaunch_notice(leaf("x", scrollback=old), "reboot")
+    between = notice[len(old) : notice.index(RELAUNCH_MARKER.encode())]
+    assert between == b"\r\n" + screen_reset(old + b"\r\n")
+    for undone in (b"\x1b[<99u\x1b[?1049l", b"\x1b[?1000l", b"\x1b[?25h"):
+        assert undone in between
+
+
 def test_a_notice_nobody_saw_comes_before_the_newer_scrollback() -> None:
     # Relaunched twice and never attached between: nothing of the first
     # session is lost, nor shown twice.
     first = relaunch_notice(leaf("x", scrollback=b"first run\r\n"), "reboot 1")
     again = leaf("x", scrollback=b"second run\r\n", notice=first)
     notice = relaunch_notice(again, "reboot 2")
-    assert notice.startswith(first + b"second run\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+    reset = screen_reset(first + b"second run\r\n")
+    assert notice.startswith(first + b"second run\r\n" + reset + RELAUNCH_MARKER.encode())
     assert notice.endswith(b"(reboot 2)\r\n") and notice.count(b"first run") == 1
 
 

@@ -22,7 +22,7 @@ import pytest
 import trio
 import trio.testing
 
-from multiserver import DaemonPaths, MultiserverError, open_client
+from multiserver import DaemonPaths, MultiserverError, open_client, screen_reset
 from multiserver.testing import Behavior, Claim, Collect, Hello, Launch, SimChild, SimDaemon
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf, Tab, Window
 from restore._build import RestoredSession
@@ -295,7 +295,8 @@ async def test_every_outcome_in_one_restore(
             assert reason != x.detail and why in reason
             assert x.replay == relaunch_notice(leaves[[y.name for y in leaves].index(name)], reason)
             await check_fd_reaches(x.master, c)
-        assert s["gone"].replay.startswith(b"$ echo hi\r\nhi\r\n\x1b[0m" + RELAUNCH_MARKER.encode())
+        shown = b"$ echo hi\r\nhi\r\n"
+        assert s["gone"].replay.startswith(shown + screen_reset(shown) + RELAUNCH_MARKER.encode())
         assert old.running and not old.held  # another instance's child is left alone
 
         assert s["slow"].outcome == "timed-out" and "within 8 s" in s["slow"].detail

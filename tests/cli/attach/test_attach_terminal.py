@@ -464,6 +464,6 @@ async def test_a_stalled_terminal_holds_up_neither_the_program_nor_the_keys(
     await t.wait_bytes(b"[detached from s]")
     await wait_session(ms_dirs, "s", lambda s: s and not s.held, "released")
     program_output = b"x" * 150000 + b"\r\nhello\r\n"
-    assert bytes(t.raw).startswith(program_output + b"\x1b7")  # then the reset
+    assert bytes(t.raw).startswith(program_output + b"\x1b\\\x1b7")  # then the reset
     kept = (await ms(ms_dirs, "peek", "s")).stdout
     assert kept == program_output, first_difference(kept, program_output)

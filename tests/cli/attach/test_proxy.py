@@ -58,7 +58,7 @@ def test_an_attach_that_fails_still_gives_the_terminal_back() -> None:
             screen.record(b"\x1b[?1049h\x1b[?25l")  # what the program had shown
             raise RuntimeError("the daemon went away")
         written = _read_all(master)
-        assert written.startswith(b"\x1b[?1049l\x1b7")
+        assert written.startswith(b"\x1b\\\x1b[?1049l\x1b7")
         assert b"\x1b[?25h" in written
         assert termios.tcgetattr(slave) == before
     finally:

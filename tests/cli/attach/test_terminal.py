@@ -1,10 +1,11 @@
 """The pure pieces of what ``attach`` says to a terminal and lets through
-from it (``multiserver_cli.attach._terminal``): queries stripped from a replay,
-answers dropped from input, the reset on the way out.
+from it (``multiserver_cli.attach._terminal``): the replay guarded, answers
+dropped from input. (What a replay keeps: ``tests/cli/test_replay.py``; the
+reset: ``tests/multiserver/test_screen.py``.)
 
 Real programs' output (vim, top, less, run here on a PTY; skipped where not
 installed) is the check that stripping mangles nothing: pyte renders it the
-same with and without the queries, whole or fed in pieces.
+same with and without the queries.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import random
 import select
 import shutil
 import signal
@@ -26,191 +26,14 @@ from pathlib import Path
 import pyte
 import pytest
 
-from multiserver_cli.attach._terminal import (
-    SENTINEL,
-    AnswerFilter,
-    QueryStripper,
-    ScreenModes,
-    guard_replay,
-    strip_queries,
-    unfinished_at,
-)
-
-QUERIES = [
-    b"\x1b[5n",  # DSR status
-    b"\x1b[6n",  # CPR
-    b"\x1b[?6n",  # DECXCPR
-    b"\x1b[?15n",  # printer status
-    b"\x1b[?996n",  # colour scheme
-    b"\x1b[c",  # DA1
-    b"\x1b[0c",
-    b"\x1b[>c",  # DA2
-    b"\x1b[>0c",
-    b"\x1b[=c",  # DA3
-    b"\x1b[=0c",
-    b"\x1b[?2004$p",  # DECRQM, DEC mode
-    b"\x1b[4$p",  # DECRQM, ANSI mode
-    b"\x1bP$qm\x1b\\",  # DECRQSS
-    b'\x1bP$q"p\x1b\\',
-    b"\x1b[>q",  # XTVERSION
-    b"\x1b[>0q",
-    b"\x1bP+q544e\x1b\\",  # XTGETTCAP
-    b"\x1b]4;1;?\x07",  # palette colour
-    b"\x1b]4;1;?\x1b\\",
-    b"\x1b]10;?\x07",  # foreground
-    b"\x1b]11;?\x1b\\",  # background
-    b"\x1b]12;?\x07",  # cursor colour
-    b"\x1b]10;?;?\x07",  # two at once
-    b"\x1b]52;c;?\x07",  # clipboard
-    b"\x1b]21;foreground=?\x1b\\",  # kitty colours
-    b"\x1b]22;?__current__\x1b\\",  # kitty pointer shape
-    b"\x1b[?u",  # kitty keyboard flags
-    b"\x1b[11t",  # XTWINOPS reports
-    b"\x1b[13t",
-    b"\x1b[13;2t",
-    b"\x1b[14t",
-    b"\x1b[14;2t",
-    b"\x1b[15t",
-    b"\x1b[16t",
-    b"\x1b[18t",
-    b"\x1b[19t",
-    b"\x1b[20t",
-    b"\x1b[21t",
-    b"\x1b[?4m",  # XTQMODKEYS
-    b"\x1b[?1;1S",  # XTSMGRAPHICS
-    b"\x1b[1;1;1;1;1;1*y",  # DECRQCRA
-    b"\x1b[x",  # DECREQTPARM
-    b"\x1b[1x",
-    b"\x1bZ",  # DECID
-    b"\x05",  # ENQ
-    b"\x1b_Ga=q,i=31;AAAA\x1b\\",  # kitty graphics query
-]
-
-NOT_QUERIES = [
-    b"\x1b[1;31m",
-    b"\x1b[m",
-    b"\x1b[2J\x1b[H",
-    b"\x1b[10;20H",
-    b"\x1b[?1049h\x1b[?1049l",
-    b"\x1b[?25l",
-    b"\x1b[1;24r",
-    b"\x1b[22;0;0t",  # title stack push: a command, not a report
-    b"\x1b[23;0;0t",
-    b"\x1b[8;24;80t",  # resize: a command
-    b"\x1b[?8c",  # the Linux console's cursor shape
-    b"\x1b[>4;2m",  # modifyOtherKeys on
-    b"\x1b[>1u",  # kitty keyboard push
-    b"\x1b[<u",  # and pop
-    b"\x1b[2 q",  # cursor shape
-    b"\x1b[6 q",
-    b"\x1b[0%m",  # vim's probe, ignored by terminals
-    b"\x1bPzz\x1b\\",
-    b"\x1b]0;what?\x07",  # a title with a question mark
-    b"\x1b]2;?\x07",  # even a title that is one
-    b"\x1b]8;;https://example.org/?q=?\x1b\\see\x1b]8;;\x1b\\",  # a link
-    b"\x1b]7;file://host/tmp?x\x07",
-    b"\x1b]4;1;rgb:ff/00/00\x07",  # setting a colour
-    b"\x1b]52;c;aGVsbG8=\x07",  # setting the clipboard
-    b"\x1b]1337;SetUserVar=a=Pw==\x07",
-    b"\x1b_Ga=T,f=100;AAAA\x1b\\",  # kitty graphics, shown
-    b"\x1bPq#0;2;0;0;0#0~~@@\x1b\\",  # sixel
-    b"\x1b7\x1b8\x1b(B\x1b=\x1b>",
-    "héllo wörld ✓\r\n".encode(),
-]
+from multiserver_cli._replay import for_terminal
+from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, guard_replay
 
 
-@pytest.mark.parametrize("query", QUERIES)
-def test_each_query_is_removed_and_the_text_around_it_kept(query: bytes) -> None:
-    assert strip_queries(b"before" + query + b"after") == b"beforeafter"
-    assert strip_queries(query * 3) == b""
-
-
-@pytest.mark.parametrize("sequence", NOT_QUERIES)
-def test_other_sequences_are_left_byte_for_byte(sequence: bytes) -> None:
-    data = b"a" + sequence + b"b"
-    assert strip_queries(data) == data
-
-
-def test_a_sequence_cut_short_by_another_escape_is_not_one() -> None:
-    """The terminal abandons ESC [ 1 ; at the next ESC: the CPR after it is
-    a query, the fragment is left as the terminal will see it."""
-    assert strip_queries(b"\x1b[1;\x1b[6nx") == b"\x1b[1;x"
-    # CAN aborts a sequence: no query then.
-    assert strip_queries(b"\x1b[6\x18n") == b"\x1b[6\x18n"
-
-
-MIXED = b"".join(
-    [
-        b"\x1b[?1049h\x1b[H\x1b[2J",
-        b"line one\r\n",
-        b"\x1b[6n",
-        "ünïcode ✓\r\n".encode(),
-        b"\x1b]0;title?\x07",
-        b"\x1b]11;?\x1b\\",
-        b"\x1b[1;31mred\x1b[m",
-        b"\x1bP$qm\x1b\\",
-        b"\x1b[>c\x05",
-        b"\x1b]8;;http://x/?a\x1b\\link\x1b]8;;\x1b\\",
-        b"\x1b[?2026$p\x1b[14t",
-        b"\x1b[10;5Hend",
-    ]
-)
-
-
-def test_split_at_every_point_strips_as_whole() -> None:
-    whole = strip_queries(MIXED)
-    for cut in range(len(MIXED) + 1):
-        stripper = QueryStripper()
-        got = stripper.feed(MIXED[:cut]) + stripper.feed(MIXED[cut:]) + stripper.finish()
-        assert got == whole, cut
-
-
-def test_random_pieces_strip_as_whole() -> None:
-    rnd = random.Random(13)
-    whole = strip_queries(MIXED * 5)
-    for _ in range(200):
-        stripper = QueryStripper()
-        data, got = MIXED * 5, b""
-        while data:
-            n = rnd.randint(1, 12)
-            got += stripper.feed(data[:n])
-            data = data[n:]
-        assert got + stripper.finish() == whole
-
-
-@pytest.mark.parametrize(
-    "head", [b"6n", b"[6n", b";?\x07", b"11;?\x1b\\", b"\\", b"$qm\x1b\\", b"?u"]
-)
-def test_a_replay_starting_inside_a_sequence_passes_its_fragment(head: bytes) -> None:
-    """The head of a sequence was dropped with the oldest output: what is
-    left is text to the terminal, which answers nothing; it passes as is."""
-    body, tail = guard_replay(head + b"rest\x1b[6n.")
-    assert (body, tail) == (head + b"rest.", b"")
-
-
-@pytest.mark.parametrize(
-    ("replay", "body", "tail"),
-    [
-        (b"abc", b"abc", b""),
-        (b"abc\x1b", b"abc", b"\x1b"),
-        (b"abc\x1b[", b"abc", b"\x1b["),
-        (b"abc\x1b[6", b"abc", b"\x1b[6"),
-        (b"abc\x1b[1;2", b"abc", b"\x1b[1;2"),
-        (b"abc\x1b(", b"abc", b"\x1b("),
-        (b"abc\x1b]11;?", b"abc", b"\x1b]11;?"),
-        (b"abc\x1b]11;?\x1b", b"abc", b"\x1b]11;?\x1b"),
-        (b"abc\x1bP$qm\x1b", b"abc", b"\x1bP$qm\x1b"),
-        (b"abc\x1b]0;t\x07\x1b", b"abc\x1b]0;t\x07", b"\x1b"),
-        (b"\x1b[6nabc\x1b[m", b"abc\x1b[m", b""),
-    ],
-)
-def test_guard_replay_holds_back_an_unfinished_sequence(
-    replay: bytes, body: bytes, tail: bytes
-) -> None:
-    """The sentinel goes between body and tail, with the terminal's parser
-    at rest; live output finishes the tail."""
-    assert guard_replay(replay) == (body, tail)
-    assert unfinished_at(replay) == len(replay) - len(tail)
+def strip_queries(data: bytes) -> bytes:
+    """A whole output as a replay writes it, an unfinished end kept."""
+    body, tail = for_terminal(data)
+    return body + tail
 
 
 # --- real programs' output, rendered by pyte ------------------------------------------
@@ -304,14 +127,6 @@ def test_real_programs_render_the_same_without_their_queries(
         assert a.display == b.display, cut
         assert (a.cursor.x, a.cursor.y) == (b.cursor.x, b.cursor.y), cut
         assert all(a.buffer[y] == b.buffer[y] for y in range(24)), cut
-    pieces = QueryStripper()
-    rnd = random.Random(len(raw))
-    got, rest = b"", raw
-    while rest:
-        n = rnd.randint(1, 300)
-        got += pieces.feed(rest[:n])
-        rest = rest[n:]
-    assert got + pieces.finish() == stripped
 
 
 # --- answers from the terminal ------------------------------------------------------
@@ -398,7 +213,7 @@ def test_the_sentinels_answer_ends_the_window() -> None:
     the replay. It is dropped; what follows passes, answer-shaped or not
     (a live program's own questions)."""
     f = _window()
-    assert f.feed(b"\x1b[2;2Rk\x1b[?62;22c\x1b[2;2Rl") == b"k\x1b[2;2Rl"
+    assert f.feed(b"\x1b[2;2Rk\x1b[2;1R\x1b[?62;22c\x1b[2;2Rl") == b"k\x1b[2;2Rl"
     assert f.phase == "done"
     assert f.feed(b"\x1b[?62;22c\x1b[5;5R") == b"\x1b[?62;22c\x1b[5;5R"
 
@@ -419,8 +234,8 @@ def test_after_the_window_only_the_sentinels_answer_is_dropped() -> None:
     f = _window()
     f.expire()
     assert f.feed(b"\x1b") == b"\x1b"
-    assert f.feed(b"\x1b[2;2R") == b"\x1b[2;2R"
-    assert f.feed(b"a\x1b[?6") == b"a"  # could be the answer: held
+    assert f.feed(b"\x1b[?62;22c") == b"\x1b[?62;22c"  # alone: not the sentinel's
+    assert f.feed(b"a\x1b[2;2R\x1b[?6") == b"a"  # could be the answer: held
     assert f.feed(b"2;22cb") == b"b"
     assert f.phase == "done"
     assert f.feed(b"\x1b[?62;22c") == b"\x1b[?62;22c"
@@ -441,94 +256,25 @@ def test_a_paste_split_across_reads_passes_whole() -> None:
         assert got == paste + b"!", cut
 
 
-# --- the reset -----------------------------------------------------------------------
-
-COMMON_RESET = [
-    b"\x1b[0m",
-    b"\x1b[?25h",
-    b"\x1b[?1l",
-    b"\x1b>",
-    b"\x1b[?1000l",
-    b"\x1b[?1002l",
-    b"\x1b[?1003l",
-    b"\x1b[?1005l",
-    b"\x1b[?1006l",
-    b"\x1b[?1015l",
-    b"\x1b[?1004l",
-    b"\x1b[?2004l",
-    b"\x1b[r",
-]
+def test_the_sentinel_is_a_cursor_report_then_da1_and_a_replay_writes_neither() -> None:
+    assert SENTINEL == b"\x1b[6n\x1b[c"
+    assert guard_replay(SENTINEL) == (b"", b"")
 
 
-def test_the_reset_on_the_main_screen_leaves_no_screen_and_keeps_the_cursor() -> None:
-    modes = ScreenModes()
-    modes.feed(b"\x1b[?1049h\x1b[?1h\x1b=text\x1b[?1049l more")
-    reset = modes.reset()
-    for piece in COMMON_RESET:
-        assert piece in reset
-    assert b"1049" not in reset and b"1047" not in reset and b"?47" not in reset
-    assert b"\x1b[<" not in reset and b"\x1b[>4" not in reset
-    # The scroll region's reset homes the cursor: saved and restored around it.
-    assert reset.index(b"\x1b7") < reset.index(b"\x1b[r") < reset.index(b"\x1b8")
+def test_a_da1_answer_alone_does_not_end_the_window() -> None:
+    """Before: a DA1 the stripper missed (``ESC [ BS c``) was answered first,
+    the filter took that answer for the sentinel's, and the sentinel's own
+    answer reached the program. Only the pair (CPR, DA1) ends the window."""
+    f = _window()
+    assert f.feed(b"\x1b[?62;22ca") == b"a"
+    assert f.phase == "window"
+    assert f.feed(b"\x1b[3;1R\x1b[?62;22cb") == b"b"
+    assert f.phase == "done"
 
 
-@pytest.mark.parametrize("mode", [47, 1047, 1049])
-def test_the_alternate_screen_is_left_the_way_it_was_entered(mode: int) -> None:
-    modes = ScreenModes()
-    modes.feed(b"\x1b[?%dh" % mode)
-    assert modes.alternate == mode
-    reset = modes.reset()
-    assert reset.startswith(b"\x1b[?%dl" % mode)
-    assert reset.index(b"\x1b[?%dl" % mode) < reset.index(b"\x1b7")
-
-
-def test_modes_are_followed_across_pieces_and_in_multi_mode_sequences() -> None:
-    data = b"x\x1b[?1000;1049;1006hdraw\x1b[?25l"
-    for cut in range(len(data) + 1):
-        modes = ScreenModes()
-        modes.feed(data[:cut])
-        modes.feed(data[cut:])
-        assert modes.alternate == 1049, cut
-    modes.feed(b"\x1bc")  # RIS
-    assert modes.alternate == 0
-
-
-def test_kitty_flags_are_popped_on_the_screen_that_pushed_them() -> None:
-    modes = ScreenModes()
-    modes.feed(b"\x1b[>1u")  # the session's shell, on the main screen
-    modes.feed(b"\x1b[?1049h\x1b[>11u\x1b[>1u")  # an editor, on the alternate one
-    reset = modes.reset()
-    # Popped on the alternate screen, left, popped on the main screen.
-    assert reset.startswith(b"\x1b[<99u\x1b[?1049l\x1b7\x1b[<99u")
-    popped = ScreenModes()
-    popped.feed(b"\x1b[>1u\x1b[<u")
-    assert b"\x1b[<" not in popped.reset()
-    changed = ScreenModes()
-    changed.feed(b"\x1b[=5u")
-    assert b"\x1b[<99u" in changed.reset()
-
-
-def test_modify_other_keys_is_put_back_if_it_was_set() -> None:
-    modes = ScreenModes()
-    modes.feed(b"\x1b[>4;2m")
-    assert b"\x1b[>4m" in modes.reset()
-    modes.feed(b"\x1b[>4;m")  # vim's own reset on exit
-    assert b"\x1b[>4m" not in modes.reset()
-
-
-def test_pyte_shows_the_status_line_on_the_main_screen_where_the_cursor_was() -> None:
-    screen = pyte.Screen(40, 6)
-    stream = pyte.ByteStream(screen)
-    shown = b"$ attach\r\n\x1b[2;5r\x1b[?25l\x1b[5;1Hfull screen"
-    stream.feed(shown)
-    modes = ScreenModes()
-    modes.feed(shown)
-    stream.feed(modes.reset() + b"\r\n[detached]")
-    assert screen.cursor.y == 5 and screen.display[5].rstrip() == "[detached]"
-    assert not screen.cursor.hidden
-    assert screen.margins is None or (screen.margins.top, screen.margins.bottom) == (0, 5)
-
-
-def test_the_sentinel_is_da1() -> None:
-    assert SENTINEL == b"\x1b[c"
-    assert strip_queries(SENTINEL) == b""
+def test_the_sentinels_answer_split_between_its_two_halves_ends_the_window() -> None:
+    answer = b"\x1b[3;1R\x1b[?62;22c"
+    for cut in range(len(answer) + 1):
+        f = _window()
+        got = f.feed(b"k" + answer[:cut]) + f.feed(answer[cut:] + b"\x1b[5;5R")
+        assert (got, f.phase) == (b"k\x1b[5;5R", "done"), cut
