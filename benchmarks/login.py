@@ -27,15 +27,13 @@ release and sweep) is in the detail column.
 from __future__ import annotations
 
 import json
-import shutil
-import signal
 import subprocess
 import time
 
 import attrs
 import trio
 
-from benchmarks.common import COMMAND_TIMEOUT, Scratch, marked_pids, run_command, scratch, stop_pids
+from benchmarks.common import COMMAND_TIMEOUT, Scratch, reboot, run_command, scratch
 from benchmarks.installed import installed
 from benchmarks.restoring import launch_saved, save_arrangement
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
@@ -69,15 +67,6 @@ async def _saved_sessions() -> None:
     if len(leaves) != sum(SESSIONS):
         raise RuntimeError(f"launched {len(leaves)} of {sum(SESSIONS)} sessions")
     save_arrangement(Arrangement([Window("main", [Tab(leaf) for leaf in leaves])]))
-
-
-def _reboot(sc: Scratch) -> None:
-    """Every process of the scratch dir SIGKILLed by pid, its runtime dir
-    emptied; the state dir stays."""
-    left = stop_pids(marked_pids(sc.marker), signal.SIGKILL)
-    if left:
-        raise RuntimeError(f"processes survived SIGKILL: {left}")
-    shutil.rmtree(sc.root / "run", ignore_errors=True)
 
 
 def _restore(sc: Scratch, outcome: str) -> tuple[float, float]:
@@ -119,11 +108,11 @@ def _measure(settings: Settings, sc: Scratch) -> Samples:
         wall, inner = _restore(sc, "attached")
         out.alive.append(wall)
         out.alive_inner.append(inner)
-        _reboot(sc)
+        reboot(sc)
         wall, inner = _restore(sc, "relaunched")
         out.rebooted.append(wall)
         out.rebooted_inner.append(inner)
-        _reboot(sc)
+        reboot(sc)
     return out
 
 

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
-import signal
 import subprocess
 import time
 
@@ -43,9 +41,8 @@ from benchmarks.common import (
     MEASURE_TIMEOUT,
     SESSION_ARGV,
     Scratch,
-    marked_pids,
+    reboot,
     scratch,
-    stop_pids,
 )
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from benchmarks.terminal import MULTISERVER, multiserver_bin
@@ -104,15 +101,6 @@ async def _launched(count: int) -> tuple[float, list[SessionLeaf]]:
     return elapsed, made
 
 
-def _reboot(sc: Scratch) -> None:
-    """Every process of the scratch dir SIGKILLed by pid, its runtime dir
-    emptied; the state dir stays."""
-    left = stop_pids(marked_pids(sc.marker), signal.SIGKILL)
-    if left:
-        raise RuntimeError(f"processes survived SIGKILL: {left}")
-    shutil.rmtree(sc.root / "run", ignore_errors=True)
-
-
 def _save(leaves: list[SessionLeaf]) -> None:
     store, warning = ArrangementStore.open_or_quarantine()
     if warning:
@@ -167,14 +155,14 @@ def _measure(settings: Settings, sc: Scratch, count: int) -> Samples:
     for _ in settings.runs_within(SECONDS[count]):
         launch, leaves = trio.run(_launched, count)
         out.launch.append(launch)
-        _reboot(sc)
+        reboot(sc)
         _save(leaves)
         wall, inner, cpu = _restore(sc, count)
         out.restore.append(wall)
         out.inner.append(inner)
         out.cpu.append(cpu)
         _check_saved(leaves)
-        _reboot(sc)
+        reboot(sc)
     return out
 
 
