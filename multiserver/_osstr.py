@@ -83,6 +83,8 @@ def printable(text: str, lines: bool = False) -> str:
 
     A backslash is left as it is, so ``printable`` is idempotent (a string
     printed once can go through it again unchanged)."""
+    if text.isprintable():  # no control, no surrogate: as it is (most text)
+        return text
     text = escaped(text)
     if text.isprintable():
         return text

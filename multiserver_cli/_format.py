@@ -84,13 +84,22 @@ def daemon_label(socket: str | os.PathLike[str]) -> str:
     """A daemon as `--daemon N` names it: its number, else its socket's name;
     one in no socket dir of this login (another runtime dir's, named by a
     saved session) by its whole path, which no `--daemon N` names. (A
-    string will do: `ls` asks once a session, 1,000 Paths cost 3 ms.)"""
+    string will do: `ls` asks once a session, 1,000 Paths cost 3 ms; and
+    once a socket.)"""
     path = os.fspath(socket)
-    head, name = os.path.split(path)
-    if head and os.path.normpath(head) not in _socket_dirs():
-        return path
-    m = SOCKET_RE.match(name)
-    return m.group(1) if m else name
+    label = _LABELS.get(path)
+    if label is None:
+        head, name = os.path.split(path)
+        if head and os.path.normpath(head) not in _socket_dirs():
+            label = path
+        else:
+            m = SOCKET_RE.match(name)
+            label = m.group(1) if m else name
+        _LABELS[path] = label
+    return label
+
+
+_LABELS: dict[str, str] = {}
 
 
 def socket_text(socket: str | os.PathLike[str]) -> str:
