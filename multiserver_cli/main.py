@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         args.whole_parser = build_parser()
     try:
         status = run(command, args)
-    except UsageError as exc:
-        parser.error(str(exc))
+    except UsageError as exc:  # pointing to the help of the command it was given to
+        parser.exit(2, f"multiserver: {printable(str(exc))} (see: multiserver {args.cmd} --help)\n")
     except CliError as exc:
         _say_error(exc)
         sys.exit(exc.status)

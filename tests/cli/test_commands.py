@@ -412,3 +412,17 @@ def test_help_names_the_detach_key(capfdbinary: pytest.CaptureFixture[bytes], co
 def test_help_as_a_script_runs_it(ms_dirs: MsDirs) -> None:
     result = run_ms(ms_dirs, "new", "--help")
     assert result.returncode == 0 and b"example:\n  multiserver new" in result.stdout
+
+
+async def test_a_usage_error_found_while_running_points_to_its_commands_help(
+    ms_dirs: MsDirs,
+) -> None:
+    """Refused by the command itself, not by argparse (a window tmux would
+    rename): the line points to that command's help, as argparse's do."""
+    refused = await ms(
+        ms_dirs, "new", "-d", "-n", "w", "--window", "a.b", "--", "true", check=False
+    )
+    assert refused.returncode == 2
+    line = one_error_line(refused)
+    assert line.startswith("multiserver: bad --window 'a.b'")
+    assert line.endswith("(see: multiserver new --help)")
