@@ -2,8 +2,10 @@
 ``test_layout_kitty.py``): kitty does not end a string on a bare ESC, so
 an unterminated OSC a program left open used to swallow the detach reset
 and the status line. Keys are sent with ``kitty @ send-text`` (the bytes a
-key sends with no keyboard protocol on); the modes are read back with
-DECRQM, asked by a script in the person's shell after the detach.
+key sends with no keyboard protocol on), or pressed with xdotool where the
+key's encoding is the point; the modes are read back with DECRQM, asked by
+a script in the person's shell after the detach. The clipboard is the X
+server's own, read and set with xclip.
 """
 
 from __future__ import annotations
@@ -12,18 +14,23 @@ import re
 import sys
 from collections.abc import Callable
 
+import pytest
 import trio
 
 from restore import RELAUNCH_MARKER
 from tests.cli import test_layout_kitty
-from tests.cli.conftest import SCREEN_TIMEOUT, ms, wait_buffered
+from tests.cli.attach.test_attach_kitty import XDOTOOL, press
+from tests.cli.conftest import SCREEN_TIMEOUT, cmdline, ms, sessions, wait_buffered
 from tests.cli.test_layout_kitty import KittyRun
 from tests.cli.test_scrollback import reboot, wait_saved
 from tests.conftest import POLL_INTERVAL, MsDirs
+from tests.procs import child_pids, is_dead
 
 pytestmark = test_layout_kitty.pytestmark
 display = test_layout_kitty.display  # fixtures
 kittys = test_layout_kitty.kittys
+
+needs_xdotool = pytest.mark.skipif(XDOTOOL is None, reason="xdotool is not installed")
 
 # Asks kitty (DECRQM) whether each mode is set, prints "mode=answer" lines.
 ASK_MODES = r"""
@@ -86,21 +93,16 @@ FULL_SCREEN_THEN_SHELL = (
 )
 
 
-async def test_after_a_reboot_the_relaunched_shell_has_no_kitty_flags_nor_modes(
-    ms_dirs: MsDirs, kittys: Callable[[str], KittyRun]
-) -> None:
-    """Before: the saved screen of a program that pushed kitty keyboard
-    flags (``>1u``: Ctrl-C then reaches bash as ``^[[99;5u``) and set the
-    alternate screen, mouse, paste and a hidden cursor was replayed, then
-    the marker, and the new shell ran inside all of them."""
+async def _rebooted_then_attached(ms_dirs: MsDirs, k: KittyRun) -> None:
+    """Session ``r`` ran a full-screen program that pushed kitty keyboard
+    flags, alternate screen, mouse, paste and a hidden cursor; its screen
+    was saved, the machine "rebooted", ``restore`` relaunched it (now an
+    ``in$`` shell) and ``k`` is attached to it, at that shell's prompt."""
     await ms(
         ms_dirs, "new", "-d", "-n", "r", "--",
         "sh", "-c", FULL_SCREEN_THEN_SHELL, str(ms_dirs.root / "ran-once"),
     )  # fmt: skip
     await wait_buffered(ms_dirs, "r", b"old-screen")
-    asker = ms_dirs.root / "ask_modes.py"
-    asker.write_text(ASK_MODES)
-    k = kittys("kitty")
     await trio.to_thread.run_sync(k.start, "sh")
     k.at("send-text", "multiserver attach r\r")
     await _wait_text(k, "old-screen")
@@ -112,6 +114,61 @@ async def test_after_a_reboot_the_relaunched_shell_has_no_kitty_flags_nor_modes(
     k.at("send-text", "clear; multiserver attach r\r")
     await _wait_text(k, re.escape(RELAUNCH_MARKER))
     await _wait_text(k, r"^in\$")
+
+
+async def test_after_a_reboot_the_relaunched_shell_has_no_kitty_flags_nor_modes(
+    ms_dirs: MsDirs, kittys: Callable[[str], KittyRun]
+) -> None:
+    """Before: the saved screen of a program that pushed kitty keyboard
+    flags (``>1u``: Ctrl-C then reaches bash as ``^[[99;5u``) and set the
+    alternate screen, mouse, paste and a hidden cursor was replayed, then
+    the marker, and the new shell ran inside all of them."""
+    asker = ms_dirs.root / "ask_modes.py"
+    asker.write_text(ASK_MODES)
+    k = kittys("kitty")
+    await _rebooted_then_attached(ms_dirs, k)
     k.at("send-text", f"{sys.executable} {asker}\r")
     text = await _wait_text(k, r"^1049=\S+ .*kitty=\S+$")
     assert GIVEN_BACK in text, text
+
+
+# Reads the 7 bytes one key sends under kitty flag 1 (ESC [ 9 9 ; 5 u for
+# Ctrl-C), raw so that a plain 0x03 could not kill it, and shows them in hex.
+UNDER_FLAGS = r"""stty raw -echo opost onlcr
+printf '\033[>1uflags-%s\n' on
+dd bs=1 count=7 2>/dev/null | od -An -tx1
+printf '\033[<u'
+stty sane
+"""
+
+
+@needs_xdotool
+async def test_after_a_reboot_ctrl_c_pressed_in_kitty_interrupts_sleep(
+    ms_dirs: MsDirs, kittys: Callable[[str], KittyRun]
+) -> None:
+    """The same reboot, then a real key press: before the reset ran ahead
+    of the marker, kitty still had the old program's ``>1u`` and sent
+    Ctrl-C to the relaunched shell as the text ``^[[99;5u``, and ``sleep
+    50`` could not be interrupted."""
+    k = kittys("kitty")
+    await _rebooted_then_attached(ms_dirs, k)
+    shell = int(str((await sessions(ms_dirs))["r"]["pid"]))
+    k.at("send-text", "sleep 50\r")
+    with trio.move_on_after(SCREEN_TIMEOUT):
+        while not (sleepers := [p for p in child_pids(shell) if cmdline(p) == ["sleep", "50"]]):
+            await trio.sleep(POLL_INTERVAL * 4)
+    assert sleepers, f"the relaunched shell ran no sleep:\n{k.at('get-text')}"
+    await trio.to_thread.run_sync(press, k, "ctrl+c")
+    with trio.move_on_after(SCREEN_TIMEOUT):  # well short of the 50 s it sleeps
+        while not is_dead(sleepers[0]):
+            await trio.sleep(POLL_INTERVAL * 4)
+    assert is_dead(sleepers[0]), f"Ctrl-C did not interrupt sleep:\n{k.at('get-text')}"
+    await _wait_text(k, r"^in\$ sleep 50\n(\^C\n)?in\$ ")
+    # Control: the key this test presses is the one the keyboard protocol
+    # changes; with >1u on, the shell would have read it as text.
+    under_flags = ms_dirs.root / "under_flags.sh"
+    under_flags.write_text(UNDER_FLAGS)
+    k.at("send-text", f"sh {under_flags}\r")
+    await _wait_text(k, r"^flags-on")
+    await trio.to_thread.run_sync(press, k, "ctrl+c")
+    await _wait_text(k, r"^ 1b 5b 39 39 3b 35 75$")
