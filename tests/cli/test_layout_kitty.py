@@ -87,10 +87,12 @@ class Display:
 
 @attrs.define
 class KittyRun:
-    """One kitty instance with remote control on ``socket``."""
+    """One kitty instance with remote control on ``socket``; ``options``
+    are more ``-o`` settings over ``--config NONE``'s defaults."""
 
     socket: Path
     env: dict[str, str]
+    options: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *argv: str) -> None:
@@ -99,6 +101,7 @@ class KittyRun:
             [
                 KITTY, "--config", "NONE", "-o", "allow_remote_control=yes",
                 "-o", "enabled_layouts=splits,stack", "--listen-on", f"unix:{self.socket}",
+                *(a for option in self.options for a in ("-o", option)),
                 *argv,
             ],
             env=self.env,
