@@ -70,12 +70,11 @@ async def wait_until(check: Callable[[], object], what: str, timeout: float) -> 
 
 
 def ssh_clients_in(term: Terminal) -> list[int]:
-    """The ssh processes running a remote attach in the person's terminal."""
-    return [
-        p
-        for p in session_pids(term.pid)
-        if cmdline(p)[:1] == ["ssh"] and " attach " in f" {cmdline(p)[-1]} "
-    ]
+    """The ssh processes running a remote attach in the person's terminal.
+    Each command line read once: a process that ends between two reads has
+    none the second time."""
+    lines = ((p, cmdline(p)) for p in session_pids(term.pid))
+    return [p for p, line in lines if line[:1] == ["ssh"] and " attach " in f" {line[-1]} "]
 
 
 async def attached_over_ssh(
