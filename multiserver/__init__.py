@@ -67,6 +67,7 @@ EXPORTS = {
         "state_dir",
         "try_lock",
         "user_dir",
+        "write_whole",
     ),
     "multiserver._platform": ("set_winsize",),
     "multiserver._record": ("Twin", "mutable_record", "record"),

@@ -85,6 +85,7 @@ from multiserver._paths import (
     state_dir as state_dir,
     try_lock as try_lock,
     user_dir as user_dir,
+    write_whole as write_whole,
 )
 from multiserver._platform import (
     set_winsize as set_winsize,

@@ -16,6 +16,7 @@ make a planted socket or a shared directory unusable.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -105,6 +106,28 @@ def _temp_root() -> str:
 
 def fallback_dir() -> Path:
     return Path(_temp_root(), f"ms-{os.getuid()}")
+
+
+def write_whole(path: str | os.PathLike[str], data: bytes, *, sync: bool = False) -> None:
+    """Replace the file ``path`` with ``data``, whole or not at all (a
+    temporary file beside it, mode 0600, renamed over it; ``sync``: on
+    disk first), so a reader never sees half of it. Raises OSError, with
+    the temporary file removed."""
+    path = os.fspath(path)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with open(fd, "wb") as f:
+            f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def check_private_dir(path: Path) -> None:

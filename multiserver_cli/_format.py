@@ -89,13 +89,9 @@ def daemon_label(socket: str | os.PathLike[str]) -> str:
     path = os.fspath(socket)
     label = _LABELS.get(path)
     if label is None:
-        head, name = os.path.split(path)
-        if head and os.path.normpath(head) not in _socket_dirs():
-            label = path
-        else:
-            m = SOCKET_RE.match(name)
-            label = m.group(1) if m else name
-        _LABELS[path] = label
+        text = socket_text(path)  # a whole path never matches SOCKET_RE
+        m = SOCKET_RE.match(text)
+        label = _LABELS[path] = m.group(1) if m else text
     return label
 
 
@@ -121,6 +117,11 @@ def _socket_dirs() -> list[str]:
     return _DIRS
 
 
+def _command_cells(argv: Sequence[str], cwd: str) -> list[str]:
+    """COMMAND and CWD of a row: ``printable``, then cut to their column."""
+    return [_truncate(shlex.join(printable(a) for a in argv), 40), _truncate(printable(cwd), 40)]
+
+
 def waiting_text(waiting: tuple[int, int] | None) -> str:
     """WAITING: (bytes kept, bytes dropped) since the last detach; None
     while a client holds the session (it shows everything)."""
@@ -140,14 +141,12 @@ def ls_table(
     waiting: list[tuple[int, int] | None] | None = None,
     saved: Sequence[tuple[SessionLeaf, str]] = (),
     notes: Sequence[str | None] = (),
-    elsewhere: Sequence[tuple[SessionLeaf, str]] = (),
 ) -> str:
     """``daemons``: each child's daemon, for a DAEMON column (when the
     children come from more than one). ``waiting``: each child's WAITING
     figures (default: what its daemon buffers). ``saved``: saved sessions
-    with no live child and their STATE, listed after the children (WAITING:
-    their saved output); ``elsewhere``: saved sessions of hosts that do not
-    list them, with why. ``notes``: what each child's STATE adds, if
+    with no live child and their STATE, listed after the children (DAEMON:
+    their host's name, if any; WAITING: their saved output). ``notes``: what each child's STATE adds, if
     anything. An argv or cwd is shown ``printable`` (``caf\\xe9``,
     ``sleep 100 # \\x1b]0;T\\x07``), then cut to its column."""
     if waiting is None:
@@ -162,8 +161,7 @@ def ls_table(
                 c.name,
                 state,
                 "held" if c.held else "-",
-                _truncate(shlex.join(printable(a) for a in c.argv), 40),
-                _truncate(printable(c.cwd), 40),
+                *_command_cells(c.argv, c.cwd),
                 human_age(now - c.started_at),
                 waiting_text(w),
             ]
@@ -177,21 +175,9 @@ def ls_table(
             leaf.name,
             state,
             "-",
-            _truncate(shlex.join(printable(a) for a in leaf.argv), 40),
-            _truncate(printable(leaf.cwd), 40),
+            *_command_cells(leaf.argv, leaf.cwd),
             human_age(now - leaf.created_at) if leaf.created_at else "-",
             human_bytes(len(leaf.scrollback or b"")),
-        ]
-        rows.append(row if daemons is None else [row[0], "-", *row[1:]])
-    for leaf, why in elsewhere:  # saved sessions of hosts that do not list them
-        row = [
-            leaf.name,
-            f"saved, not running: {why}",
-            "-",
-            _truncate(shlex.join(printable(a) for a in leaf.argv), 40),
-            _truncate(printable(leaf.cwd), 40),
-            human_age(now - leaf.created_at) if leaf.created_at else "-",
-            "-",
         ]
         rows.append(row if daemons is None else [row[0], leaf.host or "-", *row[1:]])
     return table(header, rows)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -232,13 +231,10 @@ def note_asked(target: str, asked: bool) -> None:
         now[target] = time.time()
     if now == had:
         return
-    path = _asked_path()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    from multiserver import write_whole
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(now, f)
-        os.replace(tmp, path)
+        write_whole(_asked_path(), json.dumps(now).encode())
     except OSError as exc:
         warn(f"could not note the new of {target}: {exc.strerror}")
 

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from multiserver import runtime_dir
+from multiserver import runtime_dir, write_whole
 
 _RECORD = re.compile(r"^([0-9a-f]+)-([0-9]+)$")
 DIR_NAME = "multiserver-shown"
@@ -62,15 +62,9 @@ def record(instance_id: str, child_id: int, shown: int) -> None:
         return
     d = _dir()
     path = d / f"{instance_id}-{child_id}"
-    tmp = d / f".{path.name}.{os.getpid()}"
     with contextlib.suppress(OSError):
         os.makedirs(d, mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, str(shown).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_whole(path, str(shown).encode())
 
 
 def load() -> dict[Key, int]:

@@ -5,7 +5,6 @@ outcomes as its own."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -63,16 +62,12 @@ def identity(path: Path) -> tuple[int, int, int] | None:
 def write_report(path: Path, out: dict[str, object]) -> None:
     """Whole or not at all (another restore may read it the moment the lock
     is free); a report that cannot be written costs only the waiter's copy."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    from multiserver import write_whole
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with open(fd, "w") as f:
-            json.dump(out, f)
-        os.replace(tmp, path)
+        write_whole(path, json.dumps(out).encode())
     except OSError as exc:
         _state.warn(f"could not keep the restore's report for a restore that waits: {exc}")
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
 
 
 def read_report(path: Path) -> dict[str, object] | None:

@@ -91,8 +91,7 @@ def run(args: Namespace) -> int:
                 daemons=daemons if len(set(daemons)) > 1 or gone else None,
                 waiting=waiting + [r.waiting for r in remote],
                 notes=[_note(s) for s in rows] + [None] * len(remote),
-                saved=kept,
-                elsewhere=gone,
+                saved=kept + [(leaf, f"saved, not running: {why}") for leaf, why in gone],
             )
         )
     elif not view.problems and not remote_problems:

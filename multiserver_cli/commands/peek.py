@@ -60,13 +60,19 @@ def run(args: Namespace) -> int:
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,
     ):
         result = client.peek(found.child.id, args.bytes)
-    output = notice + result.output
-    if args.bytes is not None and len(output) > args.bytes:
-        from multiserver import safe_start
-
-        output = output[safe_start(output, len(output) - args.bytes) :]
-    _show(output)
+    _show(_last(notice + result.output, args.bytes))
     return 0
+
+
+def _last(output: bytes, limit: int | None) -> bytes:
+    """The last ``limit`` bytes of ``output`` (the notice, then what the
+    daemon cut already) at most, from a safe start (``safe_start``, as the
+    daemon cuts its own), or all of it."""
+    if limit is None or len(output) <= limit:
+        return output
+    from multiserver import safe_start
+
+    return output[safe_start(output, len(output) - limit) :]
 
 
 def _show(output: bytes) -> None:

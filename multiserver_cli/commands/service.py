@@ -173,12 +173,10 @@ def _any_spec() -> ServiceSpec:
 
 def _write(path: Path, data: bytes) -> None:
     """Whole or not at all: a unit half-written is worse than none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    from multiserver import write_whole
+
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, data)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise CliError(f"cannot write {path}: {exc.strerror}") from None

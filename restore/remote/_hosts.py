@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from multiserver import ensure_private_dir, record
+from multiserver import ensure_private_dir, record, write_whole
 from restore.remote._errors import HostSettingError, HostsFileError
 
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -204,15 +204,7 @@ def save_hosts(hosts: dict[str, Host], path: Path | None = None) -> None:
         "format": _FORMAT,
         "hosts": [{f: getattr(h, f) for f in fields} for h in hosts.values()],
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_whole(path, (json.dumps(data, indent=2) + "\n").encode(), sync=True)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise HostsFileError(f"cannot write the hosts file {path}: {exc.strerror}") from exc
