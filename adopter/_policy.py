@@ -15,7 +15,6 @@ whose child no leaf references and whose name is no saved session's there.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Set as AbstractSet
 from typing import Literal
 
@@ -130,9 +129,6 @@ def host_orphan(found: HostChild, host: str, arrangement: Arrangement) -> str | 
     if leaf is not None:
         return f"{c.name} is saved session {leaf.name}'s name there"
     return None
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def command_line(argv: list[str]) -> str:
