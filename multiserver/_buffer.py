@@ -131,6 +131,12 @@ class OutputBuffer:
         self._trim(0)
         self._dropped = 0
 
+    def restore(self, data: bytes, dropped: int) -> None:
+        """Hold exactly ``data``, with ``dropped`` counted: what ``peek``
+        gave in the daemon before an upgrade."""
+        self._data = bytearray(data)
+        self._dropped = dropped
+
     def take(self) -> tuple[bytes, int]:
         """(everything kept, dropped since the last take), and empty."""
         self._trim(0)

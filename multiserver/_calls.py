@@ -34,6 +34,8 @@ from multiserver._light_messages import (
     Resize,
     Shutdown,
     Signal,
+    Upgrade,
+    Upgraded,
 )
 from multiserver._results import ClaimResult, LaunchResult, PeekResult, claim_results
 
@@ -266,3 +268,13 @@ def resize(child_id: int, rows: int, cols: int) -> Call[None]:
 
 def shutdown(force: bool) -> Call[None]:
     return _OneReply(lambda f, req: f.cls(Shutdown)(req=req, force=force), Ok, _nothing)
+
+
+def upgrade() -> Call[Upgraded]:
+    """Answered by the new code (``Upgraded``), or an ``Error`` by the old."""
+    return _OneReply(lambda f, req: f.cls(Upgrade)(req=req), Upgraded, _upgraded)
+
+
+def _upgraded(msg: Message) -> Upgraded:
+    assert is_a(msg, Upgraded), msg
+    return msg

@@ -19,7 +19,6 @@ the bytes still in the kernel are read by the client from its fd.
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import os
 import shutil
@@ -34,6 +33,7 @@ from multiserver._buffer import OutputBuffer
 from multiserver._core import LaunchError, command_not_found
 from multiserver._messages import ChildInfo, Launch
 from multiserver._osstr import escaped
+from multiserver._snapshot import BlobWriter, ChildState, blob as snapshot_blob
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -69,6 +69,7 @@ class Child:
     """One child process on a PTY. Stateful; created only by ``ChildTable``."""
 
     __slots__ = (
+        "_linger_at",
         "_linger_scope",
         "argv",
         "buffer",
@@ -120,6 +121,7 @@ class Child:
         self.eof = False  # read to the end: the slave side is closed
         self.buffer = OutputBuffer(buffer_limit)
         self._linger_scope: trio.CancelScope | None = None
+        self._linger_at = 0.0  # trio time its linger clock runs out
 
     @property
     def running(self) -> bool:
@@ -196,7 +198,7 @@ class ChildTable:
         self._on_change = on_change
         self._children: dict[int, Child] = {}
         self._by_pid: dict[int, Child] = {}
-        self._ids = itertools.count(1)
+        self._next_id = 1
         self._draining: dict[int, Child] = {}  # master fd -> unheld child
         self._drain_set = _platform.ReadySet()
         self._exits = _platform.ExitSet()
@@ -313,7 +315,7 @@ class ChildTable:
             if err == errno.ENOENT:
                 raise command_not_found(argv[0]) from exc
             raise LaunchError(err, f"cannot start {escaped(argv[0])}: {exc.strerror}") from exc
-        child_id = next(self._ids)
+        child_id, self._next_id = self._next_id, self._next_id + 1
         child = Child(
             id=child_id,
             pid=pid,
@@ -334,11 +336,15 @@ class ChildTable:
         self._on_change()
         return child
 
-    def unhold(self, child: Child) -> None:
-        """Nobody holds ``child`` from now: drain it, start its linger clock."""
+    def unhold(self, child: Child, *, linger_left: float | None = None) -> None:
+        """Nobody holds ``child`` from now: drain it, start its linger clock
+        (with ``linger_left`` seconds instead of its whole linger: a clock
+        that ran in the daemon before an upgrade)."""
         self._start_draining(child)
         if child.linger is not None and child.running and child._linger_scope is None:
+            left = child.linger if linger_left is None else min(linger_left, child.linger)
             child._linger_scope = trio.CancelScope()
+            child._linger_at = trio.current_time() + left
             self._nursery.start_soon(self._linger, child, child._linger_scope)
 
     def hold(self, child: Child) -> None:
@@ -348,6 +354,80 @@ class ChildTable:
             child._linger_scope.cancel()
             child._linger_scope = None
         self._stop_draining(child)
+
+    # --- across an upgrade (``_upgrade.py``) -------------------------------------
+
+    def snapshot(self, blobs: BlobWriter) -> tuple[list[ChildState], int]:
+        """(every child as it crosses an upgrade, the next child id).
+        Synchronous: nothing changes while it runs."""
+        now = trio.current_time()
+        states = []
+        for child in self._children.values():
+            data, dropped = child.buffer.peek()
+            linger_left = None
+            if child._linger_scope is not None:
+                linger_left = max(0.0, child._linger_at - now)
+            states.append(
+                ChildState(
+                    id=child.id,
+                    pid=child.pid,
+                    master=child.master,
+                    tty=child.tty,
+                    name=child.name,
+                    argv=child.argv,
+                    cwd=child.cwd,
+                    rows=child.rows,
+                    cols=child.cols,
+                    linger=child.linger,
+                    started_at=child.started_at,
+                    exited_at=child.exited_at,
+                    exit_code=child.exit_code,
+                    eof=child.eof,
+                    buffer=blobs.add(data),
+                    dropped=dropped,
+                    linger_left=linger_left,
+                )
+            )
+        return states, self._next_id
+
+    def adopt(self, states: list[ChildState], area: memoryview, next_id: int) -> list[Child]:
+        """Take the children of a snapshot into the table (their masters
+        too), neither drained nor lingering yet: the caller ``unhold``s
+        those nobody holds. A child the old daemon had not reaped is
+        watched (a zombie still has a pidfd). Raises SnapshotError."""
+        adopted = []
+        for state in states:
+            child = Child(
+                id=state.id,
+                pid=state.pid,
+                master=-1,
+                tty=state.tty,
+                name=state.name,
+                argv=list(state.argv),
+                cwd=state.cwd,
+                rows=state.rows,
+                cols=state.cols,
+                linger=state.linger,
+                buffer_limit=self._buffer_limit,
+            )
+            child.master = state.master
+            child.started_at = state.started_at
+            child.exited_at = state.exited_at
+            child.eof = state.eof
+            child.buffer.restore(snapshot_blob(area, state.buffer), state.dropped)
+            if state.exit_code is not None:
+                child.exit_code = state.exit_code
+                child.exited.set()
+            else:
+                self._exits.add(child.pid)
+                self._by_pid[child.pid] = child
+            if child.master is not None:
+                os.set_inheritable(child.master, False)
+            self._children[child.id] = child
+            adopted.append(child)
+        self._next_id = max([next_id, *(s.id + 1 for s in states)])
+        self._on_change()
+        return adopted
 
     def freed(self, nbytes: int) -> None:
         self._note_freed(nbytes)
@@ -363,7 +443,7 @@ class ChildTable:
     async def _linger(self, child: Child, scope: trio.CancelScope) -> None:
         assert child.linger is not None
         with scope:
-            await trio.sleep(child.linger)
+            await trio.sleep_until(child._linger_at)
             await self.end(child)
         if child._linger_scope is scope:
             child._linger_scope = None

@@ -43,6 +43,7 @@ from multiserver._messages import (
     ChildTaken,
     Error,
     Message,
+    Upgraded,
     Welcome,
 )
 from multiserver._paths import DaemonPaths
@@ -290,6 +291,15 @@ class Client:
     async def resize(self, child_id: int, rows: int, cols: int) -> None:
         """Cancellation: the size may have been set."""
         await self._run(calls.resize(child_id, rows, cols))
+
+    async def upgrade(self) -> Upgraded:
+        """Have the daemon replace its code with the installed one, in
+        place (same pid, children, connections, instance id); the answer
+        comes from the new code. Raises RequestFailed (the daemon goes on
+        with its code) with why.
+
+        Cancellation: the upgrade may still happen."""
+        return await self._run(calls.upgrade())
 
     async def shutdown(self, *, force: bool = False) -> None:
         """Stop the daemon; refused (EBUSY) while children run unless

@@ -24,6 +24,7 @@ import errno
 import itertools
 import logging
 import os
+import socket
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -31,12 +32,13 @@ import attrs
 import trio
 
 from multiserver import _platform
-from multiserver._codec import Codec, close_fds
+from multiserver._codec import Codec, Event, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._core import Answer, Reply, RequestCore
 from multiserver._errors import ConnectionClosed, PeerProtocolError
 from multiserver._fds import OwnedFd, close_all
 from multiserver._messages import Error, Message
+from multiserver._snapshot import BlobWriter, Outgoing, PeerState, blob as snapshot_blob
 from multiserver._wire import FramedSocket, IntakeBudget
 
 log = logging.getLogger("multiserver.daemon")
@@ -61,6 +63,11 @@ class Owner(Protocol):
         ...
 
     def stop(self) -> None: ...
+
+    async def upgrade(self, conn: ClientConnection, req: int) -> Answer:
+        """An Upgrade: the answer if the daemon goes on with its code (the
+        new code answers otherwise, on this connection)."""
+        ...
 
 
 class Intercept(Protocol):
@@ -110,6 +117,18 @@ class ClientConnection:
         self._space = trio.Event()
         self._closed = trio.Event()
         self._cancel = trio.CancelScope()
+        # Pausing for an upgrade (``_upgrade.py``): the request task parks
+        # before it reads the next request, the writer between frames or
+        # in the middle of one (what is left of it is kept).
+        self._pausing = False
+        self._reading: trio.CancelScope | None = None  # while it waits for a request
+        self._sending: trio.CancelScope | None = None  # while a frame goes out
+        self._reader_parked = self._writer_parked = False
+        self._finishing = False  # no more requests: sending what is queued, then closing
+        self._quiet = trio.Event()
+        self._resumed = trio.Event()
+        # The Upgrade this connection waits on (its answer comes from the new code).
+        self.upgrade_req: int | None = None
 
     # --- for the core ---------------------------------------------------------
 
@@ -165,29 +184,51 @@ class ClientConnection:
         goes away or makes no progress for ``stall_timeout`` is disconnected."""
         stall = self._config.stall_timeout
         while True:
-            while not self._outbox:
+            while not self._outbox or (self._pausing and not self._finishing):
+                if self._pausing and not self._finishing:
+                    self._park(writer=True)
                 self._wake_writer = trio.Event()
                 await self._wake_writer.wait()
             out = self._outbox[0]
+            self._sending = sending = trio.CancelScope()
             try:
-                with trio.move_on_after(stall) as scope:
-                    # The numbers are the outbox's own dups: valid until closed below.
+                with trio.move_on_after(stall) as scope, sending:
+                    # The numbers are the outbox's own dups: valid until closed.
                     await self._framed.send_frame(out.frame, [fd.fileno() for fd in out.fds])
             except ConnectionClosed as exc:
                 log.info("client %d: %s", self.id, exc)
                 self.disconnect()
+                self._drop_head()
                 return
             finally:
-                close_all(out.fds)
-                self._outbox.popleft()
-                self._outbox_bytes -= len(out.frame)
-                if out.notice:
-                    self._notices -= 1
-                self._space.set()
+                self._sending = None
+            if sending.cancelled_caught:
+                self._keep_rest_of_head()  # paused in the middle of it
+                continue
+            self._drop_head()
             if scope.cancelled_caught:
                 log.warning("client %d: not reading for %.0f s, disconnecting", self.id, stall)
                 self.disconnect()
                 return
+
+    def _drop_head(self) -> None:
+        out = self._outbox.popleft()
+        close_all(out.fds)
+        self._outbox_bytes -= len(out.frame)
+        if out.notice:
+            self._notices -= 1
+        self._space.set()
+
+    def _keep_rest_of_head(self) -> None:
+        """The head frame was cut short by a pause: keep what is left of it
+        (its fds went with its first byte)."""
+        sent = self._framed.partly_sent
+        if sent:
+            out = self._outbox[0]
+            close_all(out.fds)
+            self._outbox[0] = _Outgoing(out.frame[sent:], [], out.notice)
+            self._outbox_bytes -= sent
+            self._framed.partly_sent = 0
 
     async def flush(self) -> None:
         """Wait until every queued frame is sent (or the client is gone)."""
@@ -198,6 +239,119 @@ class ClientConnection:
     def disconnect(self) -> None:
         self._cancel.cancel()
 
+    # --- pausing for an upgrade -------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop reading requests and sending frames at the next safe point:
+        the request task before it reads the next request (bytes of one
+        already read stay in the codec), the writer between frames or in
+        the middle of one. ``wait_quiet`` waits for both."""
+        self._pausing = True
+        self._resumed = trio.Event()
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._sending is not None:
+            self._sending.cancel()
+        self._wake_writer.set()
+
+    def resume(self) -> None:
+        """Serve again (the upgrade did not happen)."""
+        self._pausing = False
+        self._reader_parked = self._writer_parked = False
+        self._quiet = trio.Event()
+        self._resumed.set()
+        self._wake_writer.set()
+
+    async def wait_quiet(self) -> None:
+        """Wait until paused (or closed).
+
+        Cancellation: nothing happened.
+        """
+        await self._quiet.wait()
+
+    @property
+    def quiet(self) -> bool:
+        return self._quiet.is_set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def queue(self, reply: Reply) -> None:
+        """Queue a frame that answers no request of this connection (the
+        new code's answer to the Upgrade)."""
+        self._queue(reply)
+
+    @classmethod
+    def number_from(cls, first: int) -> None:
+        """Number new connections from ``first`` (after an upgrade: the
+        numbers of those taken over are not given again)."""
+        cls._ids = itertools.count(first)
+
+    def _park(self, *, writer: bool = False, reader: bool = False) -> None:
+        self._writer_parked |= writer
+        self._reader_parked |= reader
+        if self._writer_parked and (self._reader_parked or self.upgrade_req is not None):
+            self._quiet.set()
+
+    async def _next_request(self) -> Event:
+        """The next request, unless a pause parks this first.
+
+        Cancellation: what was read stays in the codec.
+        """
+        while True:
+            if self._pausing:
+                self._park(reader=True)
+                await self._resumed.wait()
+                continue
+            self._reading = reading = trio.CancelScope()
+            try:
+                with reading:
+                    return await self._framed.receive()
+            finally:
+                self._reading = None
+
+    def export(self, blobs: BlobWriter) -> PeerState:
+        """What crosses an upgrade (paused; synchronous). The connection
+        keeps its fds until the exec."""
+        version, held = self._owner.core.state_of(self)
+        outbox = [
+            Outgoing(blobs.add(out.frame), [fd.fileno() for fd in out.fds], out.notice)
+            for out in self._outbox
+        ]
+        return PeerState(
+            fd=self._framed.fileno(),
+            number=self.id,
+            version=version,
+            held=held,
+            unread=blobs.add(self._framed.unread()),
+            outbox=outbox,
+            upgrade_req=self.upgrade_req,
+        )
+
+    @classmethod
+    def adopt(cls, owner: Owner, state: PeerState, area: memoryview) -> ClientConnection:
+        """A connection of the daemon before an upgrade, with its socket,
+        its version, its unread bytes and its queued frames (their fds),
+        taken over. The caller tells the core (``RequestCore.adopt``).
+        Raises SnapshotError if a blob is not there."""
+        unread = snapshot_blob(area, state.unread)
+        frames = [snapshot_blob(area, out.frame) for out in state.outbox]
+        os.set_inheritable(state.fd, False)
+        conn = cls(owner, trio.socket.from_stdlib_socket(socket.socket(fileno=state.fd)))
+        conn.id = state.number
+        if state.version is not None:
+            conn._framed.codec.set_version(state.version)
+        conn._framed.carry_in(unread)
+        for out, frame in zip(state.outbox, frames, strict=True):
+            for fd in out.fds:
+                os.set_inheritable(fd, False)
+            conn._outbox.append(_Outgoing(frame, [OwnedFd(fd) for fd in out.fds], out.notice))
+            conn._outbox_bytes += len(frame)
+            conn._notices += out.notice
+        conn.upgrade_req = state.upgrade_req
+        return conn
+
     # --- serving ----------------------------------------------------------------
 
     async def serve(self) -> None:
@@ -206,10 +360,14 @@ class ClientConnection:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer)
                     await self._serve_requests()
+                    # Closing: what is queued goes out, even during a pause.
+                    self._finishing = True
+                    self._wake_writer.set()
                     await self.flush()
                     nursery.cancel_scope.cancel()
         finally:
             self._closed.set()
+            self._quiet.set()
             self._space.set()
             while self._outbox:
                 close_all(self._outbox.popleft().fds)
@@ -229,25 +387,30 @@ class ClientConnection:
             )
             return
         try:
+            if self.version is not None:  # past its Hello before an upgrade
+                await self._serve_all(await self._next_request())
+                return
             with trio.move_on_after(self._config.hello_timeout) as hello:
-                first = await self._framed.receive()
+                first = await self._next_request()
             if hello.cancelled_caught:
                 log.info("client %d: no Hello within %g s", self.id, self._config.hello_timeout)
                 self._queue_error(
                     errno.ETIMEDOUT, f"no Hello within {self._config.hello_timeout:g} s"
                 )
                 return
-            event = first
-            while True:
-                close_fds(event.fds)  # no client message carries fds (the codec refuses them)
-                if not await self._serve_one(event.message):
-                    return
-                event = await self._framed.receive()
+            await self._serve_all(first)
         except ConnectionClosed:
             return
         except PeerProtocolError as exc:
             log.info("client %d: protocol error: %s", self.id, exc)
             self._queue_error(errno.EPROTO, f"protocol error: {exc}")
+
+    async def _serve_all(self, event: Event) -> None:
+        while True:
+            close_fds(event.fds)  # no client message carries fds (the codec refuses them)
+            if not await self._serve_one(event.message):
+                return
+            event = await self._next_request()
 
     def _queue_error(self, err: int, text: str) -> None:
         """An Error with no ``req``: the connection closes after it."""
@@ -274,6 +437,8 @@ class ClientConnection:
             answer = self._intercept.after(self, msg, answer)
         if answer.shutdown:
             await self._owner.end_children()
+        if answer.upgrade:
+            answer = await self._owner.upgrade(self, getattr(msg, "req", 0))
         self._queue_answer(answer)
         if answer.shutdown:
             await self.flush()

@@ -76,9 +76,11 @@ from multiserver._messages import (
     Resize,
     Shutdown,
     Signal,
+    Upgrade,
     Welcome,
 )
 from multiserver._osstr import escaped, is_utf8
+from multiserver._proto import UPGRADE_VERSION
 
 # The most children one Claim or Release may name. An answer is a few dozen
 # bytes per id: a bound keeps one request from filling the daemon's memory.
@@ -302,6 +304,7 @@ class Answer:
     replies: list[Reply]
     close: bool = False  # close the connection once the replies are sent
     shutdown: bool = False  # end every child first, then send, then stop
+    upgrade: bool = False  # the driver upgrades the daemon in place, then answers
 
     def discard(self) -> None:
         """Close every fd of replies that will not be sent."""
@@ -369,6 +372,21 @@ class RequestCore(Generic[C]):
     def peers(self) -> int:
         return len(self._peers)
 
+    def state_of(self, peer: Peer) -> tuple[int | None, list[int]]:
+        """(the version ``peer`` negotiated, the ids it holds): what crosses
+        an upgrade (``_upgrade.py``)."""
+        state = self._peers[peer]
+        return state.version, sorted(state.held)
+
+    def adopt(self, peer: Peer, version: int | None, held: list[int]) -> None:
+        """A peer of the daemon before an upgrade, holding ``held`` (ids of
+        children in the host; others are ignored)."""
+        state = self._peers[peer] = _PeerState(version)
+        for child_id in held:
+            if self.host.get(child_id) is not None and child_id not in self._holders:
+                state.held.add(child_id)
+                self._holders[child_id] = peer
+
     def holder(self, child_id: int) -> Peer | None:
         return self._holders.get(child_id)
 
@@ -404,6 +422,11 @@ class RequestCore(Generic[C]):
                 return self._list(peer, msg)
             case Shutdown():
                 return self._shutdown(peer, msg)
+            case Upgrade():
+                if self._version(peer) < UPGRADE_VERSION:
+                    text = f"Upgrade needs protocol version {UPGRADE_VERSION}"
+                    return self.error(peer, msg.req, errno.EPROTO, text)
+                return Answer([], upgrade=True)
             case Signal() | Collect() | Peek() | Resize():
                 child = self.host.get(msg.id)
                 if child is None:

@@ -30,6 +30,7 @@ its start timed out).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -48,7 +49,13 @@ from multiserver._errors import DaemonAlreadyRunning
 from multiserver._files import DaemonFiles
 from multiserver._origin import DaemonOrigin, Started, read_origin
 from multiserver._paths import DaemonPaths, LockBusy, try_lock, wait_lock
-from multiserver._server import Daemon
+from multiserver._server import SERVER_NAME, Daemon
+from multiserver._snapshot import (
+    Snapshot,
+    SnapshotError,
+    blob as snapshot_blob,
+    decode as decode_snapshot,
+)
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -86,6 +93,18 @@ async def _run(
     log.info(
         "listening on %s (instance %s, %s)", paths.socket, daemon.instance_id, origin.lifetime()
     )
+    await _serve(daemon, files, ready)
+
+
+async def _serve(
+    daemon: Daemon,
+    files: DaemonFiles,
+    ready: Callable[[], None],
+    resume: tuple[Snapshot, memoryview] | None = None,
+) -> None:
+    """Serve on ``files`` until stopped (a signal, idle, a Shutdown); then
+    unlink socket and lock if they are still its own."""
+    daemon.files = files
     try:
         async with trio.open_nursery() as nursery:
 
@@ -101,7 +120,7 @@ async def _run(
                         return
 
             nursery.start_soon(on_signals)
-            await nursery.start(daemon.serve, files.listener)
+            await nursery.start(functools.partial(daemon.serve, files.listener, resume=resume))
             await nursery.start(files.watch)
             ready()
             await daemon.wait_stopped()
@@ -154,6 +173,105 @@ def run_foreground(
             on_ready()
 
     trio.run(_run, paths, config, lock_fd, ready, "service" if service else "foreground")
+
+
+async def _resumed(
+    paths: DaemonPaths, config: DaemonConfig, snapshot: Snapshot, area: memoryview
+) -> None:
+    """The new code after an upgrade: take over the daemon's files, children
+    and connections from ``snapshot``, and serve."""
+    daemon = Daemon(config, instance_id=snapshot.instance_id)
+    started = (
+        snapshot.started
+        if snapshot.started in ("on-demand", "service", "foreground")
+        else "on-demand"
+    )
+    origin = DaemonOrigin(
+        os.getpid(),
+        snapshot.instance_id,
+        started,  # type: ignore[arg-type]  # checked just above
+        config.idle_exit,
+        started_at=snapshot.started_at,
+        upgraded_at=snapshot.upgraded_at,
+    )
+    files = DaemonFiles.adopt(
+        paths, snapshot.lock, snapshot.listener, os.stat_result(snapshot.socket_stat), origin
+    )
+
+    def ready() -> None:
+        if started == "service":
+            sd_notify(f"READY=1\nSTATUS=listening on {paths.socket} ({SERVER_NAME})")
+
+    await _serve(daemon, files, ready, (snapshot, area))
+
+
+def _read_snapshot(fd: int) -> tuple[Snapshot, memoryview]:
+    """The snapshot in the file ``fd`` (read from where it is). Raises
+    SnapshotError, OSError."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return decode_snapshot(b"".join(chunks))
+
+
+def _config_of(snapshot: Snapshot) -> DaemonConfig:
+    """The daemon's settings as the snapshot has them; a setting this code
+    does not know is left out, one it has and the snapshot not is its default."""
+    known = attrs.fields_dict(DaemonConfig)
+    try:
+        return DaemonConfig(**{k: v for k, v in snapshot.config.items() if k in known})
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(f"the daemon's settings do not read: {exc}") from None
+
+
+def _check(snapshot: Snapshot, area: memoryview) -> None:
+    """What the new code checks before it is exec'd: settings, paths and
+    every blob readable. Raises SnapshotError."""
+    _config_of(snapshot)
+    DaemonPaths.for_socket(Path(snapshot.socket), Path(snapshot.state_dir))
+    if len(snapshot.socket_stat) != 10:
+        raise SnapshotError("the socket's stat has not 10 fields")
+    for child in snapshot.children:
+        snapshot_blob(area, child.buffer)
+    for peer in snapshot.peers:
+        snapshot_blob(area, peer.unread)
+        for out in peer.outbox:
+            snapshot_blob(area, out.frame)
+
+
+def check_main() -> None:
+    """``--check-snapshot``: read a snapshot on stdin; print this code's
+    server name if it can serve it, else one line on stderr, exit 1."""
+    try:
+        snapshot, area = _read_snapshot(0)
+        _check(snapshot, area)
+    except (SnapshotError, OSError) as exc:
+        print(f"cannot take over: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(SERVER_NAME)
+
+
+def resume_main(fd_text: str) -> None:
+    """``--resume FD``: the process after the upgrade's exec."""
+    _setup_logging()
+    try:
+        fd = int(fd_text)
+        try:
+            snapshot, area = _read_snapshot(fd)
+        finally:
+            os.close(fd)
+        config = _config_of(snapshot)
+        _check(snapshot, area)
+        paths = DaemonPaths.for_socket(Path(snapshot.socket), Path(snapshot.state_dir))
+    except (ValueError, OSError, SnapshotError) as exc:
+        log.error("cannot go on after the upgrade: %s", exc)
+        os._exit(1)
+    try:
+        trio.run(_resumed, paths, config, snapshot, area)
+    except BaseException:
+        log.exception("daemon failed after the upgrade")
+        os._exit(1)
+    os._exit(0)
 
 
 def sd_notify(state: str) -> None:
@@ -292,6 +410,12 @@ def _report(fd: int, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--check-snapshot"]:
+        check_main()
+        return
+    if len(args) == 2 and args[0] == "--resume":
+        resume_main(args[1])
+        return
     if args in (["-h"], ["--help"]):
         print(f"{_Args.USAGE}\nthe multiserver daemon, as a client starts it (detached)")
         return

@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
 from typing import Any
 
 import attrs
@@ -134,6 +135,43 @@ class DaemonFiles:
             files._write_origin()
             return files
         raise DaemonAlreadyRunning(f"{sock} is taken again after each removal; not starting")
+
+    @classmethod
+    def adopt(
+        cls,
+        paths: DaemonPaths,
+        lock_fd: int,
+        listener_fd: int,
+        socket_stat: os.stat_result,
+        origin: DaemonOrigin,
+    ) -> DaemonFiles:
+        """The lock and the listener of the daemon before an upgrade (the
+        fds crossed the exec; taken over), with ``origin`` written anew."""
+        for fd in (lock_fd, listener_fd):
+            os.set_inheritable(fd, False)
+        raw = socket.socket(fileno=listener_fd)
+        listener = SwappableListener(trio.socket.from_stdlib_socket(raw))
+        files = cls(paths, lock_fd, os.fstat(lock_fd), listener, socket_stat, origin)
+        files._write_origin()
+        return files
+
+    @property
+    def paths(self) -> DaemonPaths:
+        return self._paths
+
+    @property
+    def lock_fd(self) -> int:
+        """The lock's fd (still owned here)."""
+        return self._lock_fd
+
+    @property
+    def socket_stat(self) -> os.stat_result:
+        """The socket as it was bound (its inode: the watch's reference)."""
+        return self._socket_stat
+
+    @property
+    def origin(self) -> DaemonOrigin | None:
+        return self._origin
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Put lock and socket back whenever they are gone (``check``), once

@@ -233,6 +233,10 @@ class Codec:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def pending_bytes(self) -> bytes:
+        """The bytes received and not yet parsed (an incomplete frame)."""
+        return bytes(self._buf)
+
     @property
     def frame_size(self) -> int | None:
         """The size its header declares for the frame at the head of the

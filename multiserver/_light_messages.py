@@ -38,6 +38,8 @@ if TYPE_CHECKING:
         Resize as Resize,
         Shutdown as Shutdown,
         Signal as Signal,
+        Upgrade as Upgrade,
+        Upgraded as Upgraded,
         Welcome as Welcome,
     )
     from multiserver._messages import ChildExited as LightChildExited
@@ -217,6 +219,14 @@ else:
             self.force = force
 
 
+    class Upgrade(Twin):
+        __slots__ = ('req',)
+        TYPE = 19
+
+        def __init__(self, req):
+            self.req = req
+
+
     class Launched(Twin):
         __slots__ = ('req', 'child',)
         TYPE = 30
@@ -322,6 +332,18 @@ else:
 
         def __init__(self, id):
             self.id = id
+
+
+    class Upgraded(Twin):
+        __slots__ = ('req', 'pid', 'old_server', 'server', 'paused',)
+        TYPE = 39
+
+        def __init__(self, req, pid, old_server, server, paused):
+            self.req = req
+            self.pid = pid
+            self.old_server = old_server
+            self.server = server
+            self.paused = paused
 
     LightChildExited = ChildExited
     LightChildTaken = ChildTaken
@@ -430,6 +452,9 @@ FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {
         ('req', 'int', 'REQUIRED', False),
         ('force', 'bool', False, False),
     ),
+    'Upgrade': (
+        ('req', 'int', 'REQUIRED', False),
+    ),
     'Launched': (
         ('req', 'int', 'REQUIRED', False),
         ('child', 'ChildInfo', 'REQUIRED', False),
@@ -480,9 +505,16 @@ FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {
     'ChildTaken': (
         ('id', 'int', 'REQUIRED', False),
     ),
+    'Upgraded': (
+        ('req', 'int', 'REQUIRED', False),
+        ('pid', 'int', 'REQUIRED', False),
+        ('old_server', 'str', 'REQUIRED', False),
+        ('server', 'str', 'REQUIRED', False),
+        ('paused', 'float', 'REQUIRED', False),
+    ),
 }
 REQUIRED = 'REQUIRED'
 # type code -> class name; the codes a client sends; fds a message may carry
-TYPES: dict[int, str] = {1: 'Hello', 2: 'Welcome', 3: 'Refused', 10: 'Launch', 11: 'Claim', 12: 'Release', 13: 'Signal', 14: 'Collect', 15: 'ListChildren', 16: 'Peek', 17: 'Resize', 18: 'Shutdown', 30: 'Launched', 31: 'Claimed', 32: 'ChildError', 33: 'Released', 34: 'Ok', 35: 'Collected', 36: 'Children', 37: 'Peeked', 38: 'Error', 50: 'ChildExited', 51: 'ChildTaken'}
-CLIENT: frozenset[int] = frozenset({1, 10, 11, 12, 13, 14, 15, 16, 17, 18})
+TYPES: dict[int, str] = {1: 'Hello', 2: 'Welcome', 3: 'Refused', 10: 'Launch', 11: 'Claim', 12: 'Release', 13: 'Signal', 14: 'Collect', 15: 'ListChildren', 16: 'Peek', 17: 'Resize', 18: 'Shutdown', 19: 'Upgrade', 30: 'Launched', 31: 'Claimed', 32: 'ChildError', 33: 'Released', 34: 'Ok', 35: 'Collected', 36: 'Children', 37: 'Peeked', 38: 'Error', 50: 'ChildExited', 51: 'ChildTaken', 39: 'Upgraded'}
+CLIENT: frozenset[int] = frozenset({1, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19})
 MAX_FDS: dict[int, int] = {30: 1, 31: 253}

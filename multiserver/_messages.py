@@ -213,6 +213,16 @@ class Shutdown:
     force: bool = False
 
 
+@attrs.frozen
+class Upgrade:
+    """Version 6. Replace the daemon's code with the installed one, in
+    place (``_upgrade.py``); the answer comes from the new code
+    (``Upgraded``), or an ``Error`` from the old, which goes on serving."""
+
+    TYPE: ClassVar[int] = 19
+    req: int
+
+
 # --- replies (daemon -> client); each echoes `req` -----------------------------
 
 
@@ -287,6 +297,20 @@ class Ok:
 
 
 @attrs.frozen
+class Upgraded:
+    """Reply to Upgrade, from the new code: the daemon's pid (unchanged),
+    the code it ran and runs now (``Welcome.server``), and for how long it
+    served nobody (from its last answer to its first in the new code)."""
+
+    TYPE: ClassVar[int] = 39
+    req: int
+    pid: int
+    old_server: str
+    server: str
+    paused: float  # seconds
+
+
+@attrs.frozen
 class Collected:
     TYPE: ClassVar[int] = 35
     req: int
@@ -356,6 +380,7 @@ Message = (
     | Peek
     | Resize
     | Shutdown
+    | Upgrade
     | Launched
     | Claimed
     | ChildError
@@ -367,6 +392,7 @@ Message = (
     | Error
     | ChildExited
     | ChildTaken
+    | Upgraded
 )
 
 MESSAGE_TYPES: dict[int, type[Message]] = {
@@ -384,6 +410,7 @@ MESSAGE_TYPES: dict[int, type[Message]] = {
         Peek,
         Resize,
         Shutdown,
+        Upgrade,
         Launched,
         Claimed,
         ChildError,
@@ -395,6 +422,7 @@ MESSAGE_TYPES: dict[int, type[Message]] = {
         Error,
         ChildExited,
         ChildTaken,
+        Upgraded,
     )
 }
 
@@ -403,6 +431,18 @@ MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 253}
 
 # Messages a client may send, and messages a daemon may send.
 CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(
-    {Hello, Launch, Claim, Release, Signal, Collect, ListChildren, Peek, Resize, Shutdown}
+    {
+        Hello,
+        Launch,
+        Claim,
+        Release,
+        Signal,
+        Collect,
+        ListChildren,
+        Peek,
+        Resize,
+        Shutdown,
+        Upgrade,
+    }
 )
 DAEMON_MESSAGES: frozenset[type[Message]] = frozenset(MESSAGE_TYPES.values()) - CLIENT_MESSAGES

@@ -1,7 +1,8 @@
 """Platform seams, one small section each: peer credentials, waiting for a
 child's exit without ``waitpid(-1)``, spawning on a PTY, the foreground
-process of a terminal, and giving freed heap memory back. Linux and macOS;
-nothing else in the package branches on the platform."""
+process of a terminal, giving freed heap memory back, and a file with no
+name. Linux and macOS; nothing else in the package branches on the
+platform."""
 
 from __future__ import annotations
 
@@ -333,3 +334,19 @@ def release_free_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+# --- a file with no name, for the upgrade's snapshot: memfd (Linux) / unlinked --
+
+
+def anonymous_file(directory: str) -> int:
+    """A new empty read-write file that no path names (close-on-exec; the
+    caller owns it): a memfd on Linux, an unlinked file in the private
+    ``directory`` elsewhere. Raises OSError."""
+    if IS_LINUX:
+        return os.memfd_create("multiserver-snapshot", os.MFD_CLOEXEC)
+    import tempfile  # pragma: no cover - macOS
+
+    fd, path = tempfile.mkstemp(dir=directory)  # pragma: no cover - macOS
+    os.unlink(path)  # pragma: no cover - macOS
+    return fd  # pragma: no cover - macOS

@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 # travel as {"b": base64}. Anything else is version 4; a daemon shows an
 # older client such a string escaped (``caf\xe9``), and a client refuses to
 # send one to an older daemon.
-PROTOCOL_VERSION = 5
+# 6: Upgrade and Upgraded (the daemon takes new code in place). A daemon
+# that picked 5 or less for a connection cannot upgrade; nothing else changed.
+PROTOCOL_VERSION = 6
 MIN_PROTOCOL_VERSION = 2
 OS_BYTES_VERSION = 5
+UPGRADE_VERSION = 6
 
 # What a session name (Launch.name) may be; the daemon refuses any other.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")

@@ -12,18 +12,23 @@ import math
 import os
 import secrets
 import socket
-from typing import Any, Protocol
+import time
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from multiserver import __version__
+from multiserver import __version__, _upgrade
 from multiserver._children import Child, ChildTable
 from multiserver._codec import Codec
 from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
-from multiserver._core import RequestCore
+from multiserver._core import Answer, RequestCore
 from multiserver._messages import Error
+from multiserver._snapshot import Snapshot
 from multiserver._wire import IntakeBudget
+
+if TYPE_CHECKING:
+    from multiserver._files import DaemonFiles
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -41,9 +46,9 @@ class Listener(Protocol):
 class Daemon:
     """The daemon's state. ``serve`` runs it on a bound, listening socket."""
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, *, instance_id: str | None = None) -> None:
         self.config = config
-        self.instance_id = secrets.token_hex(16)
+        self.instance_id = instance_id or secrets.token_hex(16)
         self._clients: set[ClientConnection] = set()
         self._children: ChildTable | None = None
         self._core: RequestCore[Child] | None = None
@@ -52,6 +57,13 @@ class Daemon:
         self.intake = IntakeBudget(config.intake_limit, config.intake_free)
         self._refused = 0  # connections refused at the cap since the last log line
         self._refused_logged = -math.inf
+        # Set by the process that serves it from its files (``_daemon_main``):
+        # without them (the simulator, a bare ``serve``) it cannot upgrade.
+        self.files: DaemonFiles | None = None
+        self._upgrading = False
+        self._accepting = trio.CancelScope()
+        self._listener: Listener | None = None
+        self._nursery: trio.Nursery | None = None
 
     @property
     def children(self) -> ChildTable:
@@ -82,10 +94,14 @@ class Daemon:
         self,
         listener: Listener,
         *,
+        resume: tuple[Snapshot, memoryview] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept and serve clients until idle-exit or shutdown. ``listener``
         must already listen; ``task_status.started()`` is reported at once.
+        ``resume``: first take over the children and connections of the
+        daemon before an upgrade (``_upgrade.py``); raises SnapshotError
+        if they cannot be.
 
         Cancellation: every connection is closed; children are left running
         (the caller decides whether to end them).
@@ -104,6 +120,9 @@ class Daemon:
                     pid=os.getpid(),
                     server=SERVER_NAME,
                 )
+                self._nursery, self._listener = nursery, listener
+                if resume is not None:
+                    self._resume(*resume)
                 nursery.start_soon(self._children.run)
                 nursery.start_soon(self._accept_loop, listener, nursery)
                 if self.config.idle_exit is not None:
@@ -116,6 +135,10 @@ class Daemon:
                 self._children.close()
 
     async def _accept_loop(self, listener: Listener, nursery: trio.Nursery) -> None:
+        with self._accepting:
+            await self._accept_all(listener, nursery)
+
+    async def _accept_all(self, listener: Listener, nursery: trio.Nursery) -> None:
         while True:
             try:
                 sock, _ = await listener.accept()
@@ -165,6 +188,71 @@ class Daemon:
             else:
                 self._changed = trio.Event()
                 await self._changed.wait()
+
+    # --- upgrading in place (``_upgrade.py``) ------------------------------------
+
+    @property
+    def clients(self) -> list[ClientConnection]:
+        return list(self._clients)
+
+    async def upgrade(self, conn: ClientConnection, req: int) -> Answer:
+        """An Upgrade from ``conn``: returns only if this code goes on (the
+        error says why); otherwise the process is the new code."""
+        if self.files is None:
+            return self.core.error(conn, req, errno.EOPNOTSUPP, "this daemon cannot upgrade")
+        if self._upgrading:
+            return self.core.error(conn, req, errno.EBUSY, "an upgrade is already under way")
+        self._upgrading = True
+        try:
+            return await _upgrade.upgrade(self, self.files, conn, req)
+        finally:
+            self._upgrading = False
+
+    def pause(self) -> None:
+        """Stop accepting (connections wait in the backlog) and pause every
+        connection (``ClientConnection.pause``)."""
+        self._accepting.cancel()
+        for conn in self._clients:
+            conn.pause()
+
+    def resume(self) -> None:
+        """Serve again after a ``pause``."""
+        for conn in self._clients:
+            conn.resume()
+        if self._accepting.cancel_called and self._nursery is not None:
+            assert self._listener is not None
+            self._accepting = trio.CancelScope()
+            self._nursery.start_soon(self._accept_loop, self._listener, self._nursery)
+
+    def _resume(self, snapshot: Snapshot, area: memoryview) -> None:
+        """Take over what the daemon before an upgrade served: children
+        first, then connections and what they hold; drain and time the
+        children nobody holds. Raises SnapshotError."""
+        assert self._nursery is not None
+        children = self.children.adopt(snapshot.children, area, snapshot.next_child_id)
+        for state in snapshot.peers:
+            conn = ClientConnection.adopt(self, state, area)
+            self._clients.add(conn)
+            self.core.adopt(conn, state.version, state.held)
+        ClientConnection.number_from(max((p.number for p in snapshot.peers), default=0) + 1)
+        lingering = {c.id: c.linger_left for c in snapshot.children}
+        for child in children:
+            if self.core.holder(child.id) is None:
+                self.children.unhold(child, linger_left=lingering[child.id])
+        paused = time.monotonic() - snapshot.paused_at
+        for conn in self._clients:
+            if conn.upgrade_req is not None:
+                conn.queue(_upgrade.upgraded(conn, conn.upgrade_req, snapshot.server, paused))
+                conn.upgrade_req = None
+            self._nursery.start_soon(conn.serve)
+        log.info(
+            "upgraded from %s to %s: %d children, %d clients, paused %.0f ms",
+            snapshot.server,
+            SERVER_NAME,
+            len(children),
+            len(self._clients),
+            paused * 1000,
+        )
 
     # --- for the connections ------------------------------------------------------
 

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from multiserver._calls import Call
     from multiserver._config import DaemonConfig
-    from multiserver._messages import ChildInfo, Message, Welcome
+    from multiserver._messages import ChildInfo, Message, Upgraded, Welcome
     from multiserver._results import ClaimResult, LaunchResult, PeekResult
 
     Notice = ChildExited | ChildTaken
@@ -263,6 +263,10 @@ class SyncClient:
         req = next(self._reqs)
         self._channel.send(calls.resize(child_id, rows, cols).message(req, LIGHT))
         self._ignored.add(req)
+
+    def upgrade(self) -> Upgraded:
+        """As ``Client.upgrade``."""
+        return self._run(calls.upgrade())
 
     def shutdown(self, *, force: bool = False) -> None:
         self._run(calls.shutdown(force))

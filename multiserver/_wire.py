@@ -91,6 +91,8 @@ class FramedSocket:
         # When the first byte of the incomplete frame in the codec arrived
         # (trio time); None while the codec holds no partial frame.
         self._partial_since: float | None = None
+        # Bytes of the frame being sent that went out (``send_frame``).
+        self.partly_sent = 0
 
     async def _fair(self) -> None:
         self._unyielded += 1
@@ -194,21 +196,23 @@ class FramedSocket:
         its first byte, the rest of a partial send without ancillary data.
 
         Cancellation: the frame may be partly sent, which breaks the framing:
-        close the connection.
+        close the connection, or send the rest (``partly_sent`` says how
+        much went, its fds with the first byte).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         view = memoryview(frame)
         anc = rights(fds)
-        sent = 0
-        while sent < len(view):
+        self.partly_sent = 0
+        while self.partly_sent < len(view):
             try:
-                n = send_some(self._raw, view[sent:], anc)
+                n = send_some(self._raw, view[self.partly_sent :], anc)
             except BlockingIOError:
                 self._unyielded = 0
                 await trio.lowlevel.wait_writable(self._raw)
                 continue
             anc = []
-            sent += n
+            self.partly_sent += n
+        self.partly_sent = 0
         await self._fair()
 
     async def send(self, msg: Message, fds: Sequence[int] = ()) -> None:
@@ -227,3 +231,15 @@ class FramedSocket:
     def fileno(self) -> int:
         """The socket's fd (-1 once closed); still owned here."""
         return self._raw.fileno()
+
+    def unread(self) -> bytes:
+        """The bytes of an incomplete request read so far (an upgrade
+        carries them to the new code, which reads the rest)."""
+        return self.codec.pending_bytes()
+
+    def carry_in(self, unread: bytes) -> None:
+        """Start with ``unread``: the incomplete request the daemon before
+        an upgrade had read (its frame's clock starts again now)."""
+        if unread:
+            self.codec.receive_data(unread)
+            self._partial_since = trio.current_time()

@@ -94,7 +94,7 @@ def parser_for(
         "--daemon",
         type=int,
         metavar="N",
-        help="new, daemon, stop: use daemon N (default: $MULTISERVER_DAEMON or 1);"
+        help="new, daemon, stop, upgrade: use daemon N (default: $MULTISERVER_DAEMON or 1);"
         " ls, attach, peek, kill: only daemon N's sessions (default: every daemon's)",
     )
     subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")

@@ -32,6 +32,7 @@ from multiserver_cli.commands import (
     save,
     service,
     stop,
+    upgrade,
     version,
 )
 
@@ -49,6 +50,7 @@ COMMANDS: tuple[_args.Command, ...] = (
     version,
     host,
     stop,
+    upgrade,
     service,
     config,
     completion,

@@ -4,6 +4,7 @@ each message as the real daemon would, under its ``Behavior``."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import secrets
@@ -16,7 +17,7 @@ import trio
 
 from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
-from multiserver._core import RequestCore, command_not_found, launch_problem
+from multiserver._core import Answer, RequestCore, command_not_found, launch_problem
 from multiserver._messages import Launch, Message
 from multiserver._paths import ensure_private_dir, fits_sun_path
 from multiserver._server import bind_listener
@@ -296,6 +297,10 @@ class SimDaemon:
         for child in self._host:
             self.core.forget(child.id)
             self._host.collect(child)
+
+    async def upgrade(self, conn: ClientConnection, req: int) -> Answer:
+        """An Upgrade: a simulated daemon has no code to replace."""
+        return self.core.error(conn, req, errno.EOPNOTSUPP, "a simulated daemon cannot upgrade")
 
     def _holder_number(self, child_id: int) -> int | None:
         holder = self.core.holder(child_id)

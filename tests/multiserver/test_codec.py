@@ -57,6 +57,8 @@ from multiserver._messages import (
     Resize,
     Shutdown,
     Signal,
+    Upgrade,
+    Upgraded,
     Welcome,
 )
 
@@ -241,6 +243,7 @@ CLIENT_SAMPLES: list[Message] = [
     Resize(req=11, id=1, rows=1, cols=10000),
     Shutdown(req=12, force=True),
     Shutdown(req=-1),
+    Upgrade(req=13),
 ]
 
 
@@ -272,6 +275,7 @@ DAEMON_SAMPLES: list[Message] = [
     Error(req=None, errno=errno.EPROTO, message="protocol error: bad magic"),
     ChildExited(id=1, exit_code=0),
     ChildTaken(id=1),
+    Upgraded(req=13, pid=77, old_server="multiserver/0.1", server="multiserver/0.2", paused=0.1),
 ]
 
 

@@ -1,0 +1,238 @@
+"""Upgrading a daemon in place: it re-executes itself with the installed
+code, keeping its pid, its listening socket, every child with its PTY
+master and buffered output, every client connection, and its instance id.
+
+The steps (docs/upgrade.md has the picture)::
+
+    Upgrade request
+      1. check:  snapshot of now -> `python -P -m multiserver --check-snapshot`
+                 (the installed code imports, reads it, says it can serve it)
+                 refused? -> Error, the daemon goes on as it was
+      2. pause:  stop accepting (new connections wait in the backlog);
+                 each connection parks before its next request and between
+                 (or inside) frames; one that cannot park in QUIET_WAIT is
+                 disconnected (a client that neither reads nor writes)
+      3. exec:   final snapshot into a file with no name; its fds and every
+                 fd it names lose close-on-exec; execv(python -P -m
+                 multiserver --resume FD). Synchronous: nothing changes
+                 between the snapshot and the exec.
+                 exec failed? -> fds closed-on-exec again, resume, Error
+      4. resume (the new code, same pid): read the snapshot, take the fds
+                 over, serve; answer the Upgrade (``Upgraded``)
+
+A failure after the exec (the new code cannot read the snapshot it read in
+step 1, or dies) is a daemon crash like any other: the masters close, the
+children get their hangup, and ``restore`` brings the sessions back.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from multiserver import _platform, _snapshot
+from multiserver._core import Answer, Reply
+from multiserver._messages import Error, Upgraded
+from multiserver._snapshot import BlobWriter, Snapshot
+
+if TYPE_CHECKING:
+    from multiserver._connection import ClientConnection
+    from multiserver._files import DaemonFiles
+    from multiserver._server import Daemon
+
+log = logging.getLogger("multiserver.daemon")
+
+# How long connections get to park before those that did not are
+# disconnected (a client that neither reads its answers nor sends a whole
+# request); and how long the new code gets to say it can take over.
+QUIET_WAIT = 2.0
+CHECK_TIMEOUT = 30.0
+
+
+def new_code_argv(*args: str) -> list[str]:
+    """The installed code, run by this interpreter: ``-P`` so no directory
+    of anyone's is first on ``sys.path`` (as the daemon is started)."""
+    return [sys.executable, "-P", "-m", "multiserver", *args]
+
+
+def take_snapshot(
+    daemon: Daemon, files: DaemonFiles, conns: list[ClientConnection]
+) -> tuple[Snapshot, list[bytes]]:
+    """The daemon's state now, and its bytes. Synchronous."""
+    from multiserver._server import SERVER_NAME
+
+    blobs = BlobWriter()
+    children, next_id = daemon.children.snapshot(blobs)
+    peers = [conn.export(blobs) for conn in conns]
+    origin = files.origin
+    snapshot = Snapshot(
+        format=_snapshot.FORMAT,
+        readable_from=_snapshot.FORMAT,
+        server=SERVER_NAME,
+        instance_id=daemon.instance_id,
+        pid=os.getpid(),
+        started=origin.started if origin else "on-demand",
+        started_at=origin.started_at if origin else None,
+        idle_exit=daemon.config.idle_exit,
+        socket=str(files.paths.socket),
+        state_dir=str(files.paths.state_dir),
+        listener=files.listener.fileno(),
+        lock=files.lock_fd,
+        socket_stat=[int(x) for x in tuple(files.socket_stat)[:10]],
+        config=_config_fields(daemon),
+        next_child_id=next_id,
+        children=children,
+        peers=peers,
+        paused_at=time.monotonic(),
+        upgraded_at=time.time(),
+    )
+    return snapshot, _snapshot.encode(snapshot, blobs)
+
+
+def _config_fields(daemon: Daemon) -> dict[str, object]:
+    import attrs
+
+    return attrs.asdict(daemon.config)
+
+
+def write_file(parts: list[bytes], directory: str) -> int:
+    """A file with no name holding ``parts``, read from its start. Raises OSError."""
+    fd = _platform.anonymous_file(directory)
+    try:
+        for part in parts:
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+async def check_new_code(fd: int) -> tuple[str | None, str]:
+    """Run the installed code in check mode on the snapshot in ``fd``:
+    (None, the server name it reports) if it can serve it, else (one
+    line of why, "")."""
+    try:
+        with trio.move_on_after(CHECK_TIMEOUT) as scope:
+            done = await trio.run_process(
+                new_code_argv("--check-snapshot"),
+                stdin=fd,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                cwd="/",
+            )
+    except OSError as exc:
+        return f"cannot run {sys.executable}: {exc.strerror}", ""
+    if scope.cancelled_caught:
+        return f"the installed code did not answer within {CHECK_TIMEOUT:g} s", ""
+    out = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or not out.startswith("multiserver/"):
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        why = lines[-1] if lines else f"exit status {done.returncode}"
+        return why, ""
+    return None, out.splitlines()[0]
+
+
+async def upgrade(daemon: Daemon, files: DaemonFiles, conn: ClientConnection, req: int) -> Answer:
+    """Serve an Upgrade from ``conn``. Returns only if the daemon goes on
+    with its own code (the Error says why); otherwise the process becomes
+    the new code, which answers.
+
+    Cancellation: the daemon serves again as before.
+    """
+
+    def refused(err: int, text: str) -> Answer:
+        log.warning("upgrade refused: %s", text)
+        return Answer([_error(conn, req, err, text)])
+
+    directory = str(files.paths.dir)
+    try:
+        fd = write_file(take_snapshot(daemon, files, list(daemon.clients))[1], directory)
+    except OSError as exc:
+        return refused(exc.errno or errno.EIO, f"cannot write the snapshot: {exc.strerror}")
+    try:
+        why, new_server = await check_new_code(fd)
+    finally:
+        os.close(fd)
+    if why is not None:
+        return refused(errno.ENOEXEC, f"the installed code cannot take over: {why}")
+    log.info("upgrading to %s", new_server)
+    conn.upgrade_req = req
+    daemon.pause()
+    try:
+        await _wait_quiet(daemon)
+        conns = [c for c in daemon.clients if c.quiet and not c.closed]
+        err = _exec(*take_snapshot(daemon, files, conns), directory)  # returns only on failure
+        return refused(err.errno or errno.EIO, f"cannot start the installed code: {err}")
+    finally:
+        conn.upgrade_req = None
+        daemon.resume()
+
+
+async def _wait_quiet(daemon: Daemon) -> None:
+    """Wait for every connection to park; disconnect those that do not
+    within QUIET_WAIT, and wait for them to be gone."""
+    with trio.move_on_after(QUIET_WAIT):
+        for conn in list(daemon.clients):
+            await conn.wait_quiet()
+    late = [c for c in daemon.clients if not c.quiet]
+    for conn in late:
+        log.warning("client %d: did not pause for the upgrade; disconnecting", conn.id)
+        conn.disconnect()
+    for conn in late:
+        await conn.wait_quiet()  # set once it is closed
+
+
+def _exec(snapshot: Snapshot, parts: list[bytes], directory: str) -> OSError:
+    """Write the snapshot and exec the new code on it; returns the error
+    only if that failed (every fd is close-on-exec again then)."""
+    fds = snapshot.fds()
+    try:
+        fd = write_file(parts, directory)
+    except OSError as exc:
+        return exc
+    old_hup = signal.getsignal(signal.SIGHUP)
+    try:
+        for n in [fd, *fds]:
+            os.set_inheritable(n, True)
+        # Ignored across the exec (a disposition survives it) until the new
+        # code's own handler: a hangup meanwhile must not end the daemon.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.execv(sys.executable, new_code_argv("--resume", str(fd)))
+    except OSError as exc:
+        for n in fds:
+            try:
+                os.set_inheritable(n, False)
+            except OSError:
+                pass
+        signal.signal(signal.SIGHUP, old_hup)
+        os.close(fd)
+        return exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def upgraded(conn: ClientConnection, req: int, old_server: str, paused: float) -> Reply:
+    """The new code's answer to the Upgrade that started it."""
+    from multiserver._server import SERVER_NAME
+
+    msg = Upgraded(
+        req=req, pid=os.getpid(), old_server=old_server, server=SERVER_NAME, paused=paused
+    )
+    return Reply(msg, conn.encode(msg))
+
+
+def _error(conn: ClientConnection, req: int, err: int, text: str) -> Reply:
+    msg = Error(req=req, errno=err, message=text)
+    return Reply(msg, conn.encode(msg))
