@@ -38,6 +38,7 @@ from multiserver._frames import (
     close_fds,
     is_a,
 )
+from multiserver._hooks import WELCOME_HOOKS
 from multiserver._light import LIGHT
 from multiserver._light_messages import ChildExited, Children, ChildTaken, Claimed, Error
 from multiserver._paths import DaemonPaths
@@ -359,4 +360,6 @@ def dial_blocking(
         except BaseException:
             channel.close()
             raise
+        for hook in WELCOME_HOOKS:
+            hook(welcome, socket_path)
         return SyncClient(channel, welcome, socket_path)

@@ -14,6 +14,9 @@ Three jobs, on each system:
   ``KillMode=process``: stopping or restarting the unit signals the daemon
   alone, never the sessions in its cgroup (their fate is the daemon's:
   those nobody holds end when it closes their terminals).
+  ``systemctl --user reload multiserver`` runs ``multiserver upgrade``:
+  after an upgrade of the installed code, the daemon takes it in place,
+  keeping its pid (the unit's main process) and every session.
 - **The restore** (``multiserver-restore.service``; ``multiserver.restore``):
   ``multiserver restore --timeout 5`` once at login, a unit of its own
   rather than the daemon unit's ``ExecStartPost``, because a failed
@@ -92,6 +95,11 @@ class ServiceSpec:
 
     def daemon_argv(self) -> list[str]:
         return [*self.launcher, "--daemon", str(self.daemon), "daemon", "--service"]
+
+    def upgrade_argv(self) -> list[str]:
+        """What ``systemctl --user reload`` runs: the daemon takes the
+        installed code in place (its sessions stay)."""
+        return [*self.launcher, "--daemon", str(self.daemon), "upgrade"]
 
     def restore_argv(self) -> list[str]:
         """The restore, through a login shell (its profile read first)."""
@@ -211,6 +219,8 @@ def systemd_daemon_unit(spec: ServiceSpec) -> str:
         "Type=notify",
         "NotifyAccess=main",
         "ExecStart=" + systemd_command(spec.daemon_argv()),
+        # A reload is an upgrade in place: the same pid, every session kept.
+        "ExecReload=" + systemd_command(spec.upgrade_argv()),
         "WorkingDirectory=/",
         *_environment_lines(spec.environment()),
         # The sessions are the daemon's children, in this unit's cgroup:

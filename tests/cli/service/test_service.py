@@ -121,6 +121,8 @@ def test_systemd_units_say_what_was_meant() -> None:
         "daemon",
         "--service",
     ]
+    # A reload is an upgrade in place of the unit's own daemon.
+    assert words(values(service, "ExecReload")[0]) == [MULTISERVER, "--daemon", "2", "upgrade"]
     assert values(service, "KillMode") == ["process"]
     assert values(service, "Restart") == ["on-failure"]
     env = [words(v, expands=False)[0] for v in values(service, "Environment")]

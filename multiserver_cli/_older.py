@@ -1,0 +1,91 @@
+"""A command that meets a daemon running older code than itself says so
+once (per daemon and version), with the command that upgrades it in place.
+
+Hooked into every handshake of the blocking client
+(``multiserver._hooks``) by ``main``; ``upgrade`` and ``daemon`` say versions
+themselves and are left out."""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from multiserver._light_messages import Welcome
+
+# What was said already: one line per daemon instance and version.
+TOLD = "told-older-daemon"
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """The leading numbers of a version ("0.5.1+local" -> (0, 5, 1)); None
+    when it starts with none."""
+    numbers = []
+    for part in version.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        numbers.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(numbers) or None
+
+
+def is_older(theirs: str, mine: str) -> bool:
+    """Whether the daemon's version ``theirs`` is older than ``mine``: by
+    its numbers, or, with the same numbers, a different local build."""
+    a, b = version_key(theirs), version_key(mine)
+    if a is None or b is None:
+        return False
+    # The same numbers: two local builds ("+upgrade.a"), told apart as text.
+    return a < b or (a == b and theirs < mine)
+
+
+def notice(welcome: Welcome, socket: Path) -> None:
+    from multiserver import __version__
+
+    server = welcome.server
+    if not server.startswith("multiserver/"):
+        return
+    theirs = server.partition("/")[2]
+    if theirs == __version__ or not is_older(theirs, __version__):
+        return
+    key = f"{welcome.instance_id} {server}"
+    if _told(key):
+        return
+    print(
+        f"multiserver: the daemon on {socket} runs multiserver {theirs}, older than this"
+        f" command ({__version__}); `multiserver upgrade` brings it up to date, keeping its"
+        " sessions",
+        file=sys.stderr,
+    )
+
+
+def _told(key: str) -> bool:
+    """Whether ``key`` was said before; records it if not (best effort:
+    a state dir that cannot be written says it again next time)."""
+    import os
+
+    from multiserver import state_dir
+
+    path = os.path.join(state_dir(), TOLD)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    if key in lines:
+        return True
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join([*lines[-99:], key]) + "\n")
+    except OSError:
+        pass
+    return False

@@ -1,0 +1,85 @@
+"""A command that meets a daemon running older code says so once, with
+the command that upgrades it (``multiserver_cli/_older.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from multiserver import __version__
+from multiserver._light_messages import Welcome
+from multiserver_cli._older import is_older, notice, version_key
+from tests.conftest import MsDirs, RunningDaemon
+
+
+@pytest.mark.parametrize(
+    ("theirs", "mine", "older"),
+    [
+        ("0.1.0", "0.2.0", True),
+        ("0.2.0", "0.1.0", False),
+        ("0.9", "0.10", True),
+        ("1.0.0", "1.0.0", False),
+        ("0.1.0+upgrade.a", "0.1.0+upgrade.b", True),
+        ("0.1.0+upgrade.b", "0.1.0+upgrade.a", False),
+        ("dev", "0.1.0", False),
+    ],
+)
+def test_which_daemon_is_older(theirs: str, mine: str, older: bool) -> None:
+    assert is_older(theirs, mine) is older
+
+
+def test_version_key_reads_the_leading_numbers() -> None:
+    assert version_key("0.5.1rc1+local") == (0, 5, 1)
+    assert version_key("x") is None
+
+
+def welcome(server: str, instance: str = "a" * 32) -> Welcome:
+    return Welcome(version=6, instance_id=instance, pid=1, server=server, children=[])
+
+
+def test_an_older_daemon_is_named_once_with_the_upgrade_command(
+    ms_dirs: MsDirs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    socket = Path("/run/x.socket")
+    notice(welcome("multiserver/0.0.1"), socket)
+    first = capsys.readouterr().err
+    assert first.count("\n") == 1
+    assert "runs multiserver 0.0.1, older than this command" in first
+    assert f"({__version__})" in first and "`multiserver upgrade`" in first
+    notice(welcome("multiserver/0.0.1"), socket)
+    assert capsys.readouterr().err == ""
+    # Another daemon (or the same one at another old version) is news again.
+    notice(welcome("multiserver/0.0.1", "b" * 32), socket)
+    assert "older than this command" in capsys.readouterr().err
+
+
+def test_a_daemon_as_new_or_newer_is_not_mentioned(
+    ms_dirs: MsDirs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for server in (f"multiserver/{__version__}", "multiserver/999.0", "other/1.0"):
+        notice(welcome(server), Path("/run/x.socket"))
+    assert capsys.readouterr().err == ""
+
+
+async def test_every_command_that_talks_to_the_daemon_notices(
+    daemon: RunningDaemon, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Wired in ``main``: an ``ls`` built as a newer version than the
+    daemon's says so, once; ``upgrade`` itself does not."""
+    import multiserver
+    from multiserver._hooks import WELCOME_HOOKS
+    from multiserver_cli.main import main
+
+    monkeypatch.setattr(multiserver, "__version__", "999.0")
+    saved = list(WELCOME_HOOKS)
+    try:
+        for _ in range(2):
+            with pytest.raises(SystemExit) as done:
+                await trio.to_thread.run_sync(main, ["ls"])
+            assert done.value.code == 0
+        err = capfd.readouterr().err
+        assert err.count("older than this command (999.0)") == 1, err
+    finally:
+        WELCOME_HOOKS[:] = saved
