@@ -22,7 +22,7 @@ misunderstand raises ``readable_from``.
 
 Format history:
 
-- 1 (multiserver 0.5): the first.
+- 1 (multiserver 0.1): the first.
 """
 
 from __future__ import annotations
