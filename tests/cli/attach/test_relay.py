@@ -91,6 +91,19 @@ def _running(ms_dirs: MsDirs, name: str) -> bool:
     return any(s["name"] == name and s["state"] == "running" for s in listed)
 
 
+def relayed_attach(ms_dirs: MsDirs, stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+    """``attach --relay`` to the session ``web``, as ssh runs it: its input a
+    pipe the test writes the relay's stream to; no detach key, no redraw."""
+    return subprocess.Popen(
+        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
+        env=person_env(ms_dirs),
+        cwd=ms_dirs.root,
+    )
+
+
 @pytest.mark.parametrize(
     ("sent", "said"),
     [
@@ -160,14 +173,7 @@ async def test_keys_sent_after_a_resize_reach_the_program_after_it(ms_dirs: MsDi
     script = 'while read -r line; do echo "[$line at $(stty size)]"; done'
     run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", script)
     [daemon] = daemon_pids_for(ms_dirs.paths.socket)
-    proc = subprocess.Popen(
-        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=person_env(ms_dirs),
-        cwd=ms_dirs.root,
-    )
+    proc = relayed_attach(ms_dirs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdin is not None and proc.stdout is not None
     to_relay, shown = proc.stdin.fileno(), proc.stdout.fileno()
     try:
@@ -241,14 +247,7 @@ def test_a_large_paste_reaches_the_program_byte_for_byte(ms_dirs: MsDirs) -> Non
     script = f"stty raw -echo; exec cat > {out}"
     run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", script)
     paste = os.urandom(256 * 1024)
-    proc = subprocess.Popen(
-        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=person_env(ms_dirs),
-        cwd=ms_dirs.root,
-    )
+    proc = relayed_attach(ms_dirs, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     try:
         assert wait_until_sync(out.exists, 15)  # stty has run
