@@ -9,6 +9,7 @@
 - /proc probes: a process's fds (``fd_links``, ``fd_count``, ``wait_fds_back``),
   its children and zombies, a daemon's client connections.
 - PTY and client helpers: ``read_until``, ``read_to_eof``, ``wait_exit_notices``.
+- ``frozen``: a process (a daemon) stopped for a block, then let go.
 - ``wait_until``: poll a condition the daemon cannot signal, quickly and with a
   bound, and fail with a message. Tests never sleep to wait for readiness.
 
@@ -195,6 +196,20 @@ def kill_children_of(daemon_pid: int, known: Sequence[int] = ()) -> None:
     for pid in sorted(pids):
         if is_alive(pid):
             kill_group_and_pid(pid)
+
+
+@contextlib.asynccontextmanager
+async def frozen(pid: int) -> AsyncIterator[None]:
+    """``pid`` stopped (SIGSTOP, and seen stopped) for the block, then let
+    go (SIGCONT) however the block ends: a daemon that does nothing
+    meanwhile, so that only what needs no daemon happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await wait_until(lambda: proc_state(pid) == "T", STOP_TIMEOUT, f"pid {pid} stopped")
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def stop_daemon_sync(pid: int) -> None:

@@ -86,7 +86,11 @@ class Terminal:
     name: str
     proc: subprocess.Popen[bytes]
     master: int | None
+    # Answers what pyte answers (DA1, DSR, the cursor's position), as it
+    # receives it: a terminal that asked gets its answer typed back.
+    answering: bool = False
     raw: bytearray = attrs.Factory(bytearray)
+    answered: list[str] = attrs.Factory(list)  # what it answered, in order
     hung_up: trio.Event = attrs.Factory(trio.Event)
     reading: trio.Event = attrs.Factory(trio.Event)
     _screen: pyte.Screen = attrs.field(init=False)
@@ -96,6 +100,8 @@ class Terminal:
     def __attrs_post_init__(self) -> None:
         self._screen = pyte.Screen(COLS, ROWS)
         self._stream = pyte.ByteStream(self._screen)
+        if self.answering:
+            self._screen.write_process_input = self._answer  # type: ignore[method-assign]
 
     @property
     def pid(self) -> int:
@@ -137,6 +143,11 @@ class Terminal:
             fd, self.master = self.master, None
             trio.lowlevel.notify_closing(fd)
             os.close(fd)
+
+    def _answer(self, answer: str) -> None:
+        if self.master is not None:
+            self.answered.append(answer)
+            self.type(answer)
 
     # --- what the person sees ---
 
@@ -254,6 +265,8 @@ class Terminal:
                 if not data:
                     return
                 self.raw += data
+                if self.answering:
+                    self._feed()  # pyte answers what asks, at once
         finally:
             self.hung_up.set()
 
@@ -302,7 +315,8 @@ async def open_terminal(
     ms_dirs: MsDirs, nursery: trio.Nursery
 ) -> AsyncIterator[Callable[..., Terminal]]:
     """``open_terminal(argv=None, name=..., rows=, cols=)`` opens a window
-    running the person's shell (or ``argv`` directly) and starts reading it.
+    running the person's shell (or ``argv`` directly) and starts reading it
+    (``reading=False``: not yet; ``answering=True``: it answers queries).
     Every window is closed and every process in it SIGKILLed at teardown."""
     opened: list[Terminal] = []
     counter = iter(range(1, 100))
@@ -315,6 +329,7 @@ async def open_terminal(
         cols: int = COLS,
         env: dict[str, str] | None = None,
         reading: bool = True,
+        answering: bool = False,
     ) -> Terminal:
         master, slave = os.openpty()
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
@@ -333,7 +348,7 @@ async def open_terminal(
             )
         finally:
             os.close(slave)
-        term = Terminal(name or f"terminal {next(counter)}", proc, master)
+        term = Terminal(name or f"terminal {next(counter)}", proc, master, answering)
         if (rows, cols) != (ROWS, COLS):
             term._screen.resize(rows, cols)
         opened.append(term)

@@ -17,7 +17,7 @@ import pytest
 
 from multiserver import screen_reset
 from tests.cli.conftest import Terminal, cmdline, session_pids
-from tests.conftest import MsDirs, wait_until
+from tests.conftest import MsDirs, daemon_pids_under, frozen, wait_until
 from tests.procs import is_dead
 from tests.remote.conftest import Remote
 from tests.remote.sshd import process_tree
@@ -49,9 +49,16 @@ async def test_the_terminal_is_relayed_with_its_size_and_every_key(
 
     term.line("stty size")
     await term.wait_screen("30 100")
-    term.resize(40, 120)  # the window is made bigger: the session's PTY follows
-    term.line("stty size")
-    await term.wait_screen("40 120")
+    # The window is made bigger, and a line typed at once: the session's
+    # PTY has the new size when the program reads it. The daemon there is
+    # frozen meanwhile, so that its own resize cannot come first by luck:
+    # the relay sizes the PTY before it passes on what was typed after.
+    (daemon,) = daemon_pids_under(sshd.root)
+    async with frozen(daemon):
+        term.resize(40, 120)
+        term.line("stty size; echo size-''said")
+        shown = await term.wait_screen("\nsize-said")
+    assert "\n40 120\nsize-said" in shown, shown
 
     # Every byte typed reaches the program as typed: NUL (the relay's own
     # escape byte) and ssh's escape sequence, which -T leaves alone.

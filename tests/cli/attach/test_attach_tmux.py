@@ -259,7 +259,7 @@ async def test_replayed_queries_are_not_answered_into_the_program(
     """The program asked while detached. Before: attaching replayed the
     questions, tmux answered them, and the program read the answers
     (``ESC[4;1R ESC[?1;2c...``) as typed input. Now it reads only what the
-    person typed."""
+    person typed. (Without tmux: ``test_attach_replay.py``.)"""
     await ms(ms_dirs, "new", "-d", "-n", "q", "--", "sh", "-c", ASKS)
     await wait_buffered(ms_dirs, "q", b"asked")
     tmux.line("multiserver attach q")

@@ -1,6 +1,7 @@
 """The relayed terminal (``attach --relay``, what ``attach HOST:NAME`` runs
-through ``ssh -T``): its input codec, and a relay that breaks the rules or
-goes away, which must cost the session nothing."""
+through ``ssh -T``): its input codec; a size and the keys after it in that
+order, on both ends of the relay; and a relay that breaks the rules or goes
+away, which must cost the session nothing."""
 
 from __future__ import annotations
 
@@ -8,20 +9,26 @@ import contextlib
 import json
 import os
 import pty
+import select
+import signal
 import subprocess
 import threading
+import time
+import tty
 
 import pytest
 from hypothesis import given, strategies as st
 
+from multiserver import set_winsize
+from multiserver_cli.attach._relay import _pump
 from multiserver_cli.attach._relay_codec import (
     Decoder,
     Size,
     encode_input,
     encode_size,
 )
-from tests.cli.conftest import MULTISERVER, person_env, run_ms, wait_buffered
-from tests.conftest import MsDirs, wait_until_sync
+from tests.cli.conftest import MULTISERVER, SCREEN_TIMEOUT, person_env, run_ms, wait_buffered
+from tests.conftest import MsDirs, daemon_pids_for, frozen, read_until, wait_until_sync
 
 Item = bytes | Size
 items = st.lists(
@@ -84,6 +91,19 @@ def _running(ms_dirs: MsDirs, name: str) -> bool:
     return any(s["name"] == name and s["state"] == "running" for s in listed)
 
 
+def relayed_attach(ms_dirs: MsDirs, stdout: int, stderr: int) -> subprocess.Popen[bytes]:
+    """``attach --relay`` to the session ``web``, as ssh runs it: its input a
+    pipe the test writes the relay's stream to; no detach key, no redraw."""
+    return subprocess.Popen(
+        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
+        env=person_env(ms_dirs),
+        cwd=ms_dirs.root,
+    )
+
+
 @pytest.mark.parametrize(
     ("sent", "said"),
     [
@@ -143,6 +163,79 @@ async def test_a_relay_that_ends_or_breaks_later_lets_the_session_go(
     assert [s["held"] for s in listed if s["name"] == "web"] == [False]
 
 
+async def test_keys_sent_after_a_resize_reach_the_program_after_it(ms_dirs: MsDirs) -> None:
+    """A resize and the line typed after it, in one write: the program
+    reads the line on a PTY of the new size. The daemon is frozen
+    meanwhile, so its own resize (SIGWINCH -> the attach -> ``Resize``)
+    cannot come first by luck: the relay sizes the PTY itself, before it
+    passes on what followed the size (``_relay._deliver``, ``size_to``).
+    Without that, the program says the old size, every run."""
+    script = 'while read -r line; do echo "[$line at $(stty size)]"; done'
+    run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", script)
+    [daemon] = daemon_pids_for(ms_dirs.paths.socket)
+    proc = relayed_attach(ms_dirs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdin is not None and proc.stdout is not None
+    to_relay, shown = proc.stdin.fileno(), proc.stdout.fileno()
+    try:
+        os.write(to_relay, encode_size(30, 100) + encode_input(b"before\r"))
+        await read_until(shown, b"[before at 30 100]", SCREEN_TIMEOUT)  # attached, sized
+        async with frozen(daemon):
+            os.write(to_relay, encode_size(40, 120) + encode_input(b"after\r"))
+            said = await read_until(shown, b"]", SCREEN_TIMEOUT)
+        assert b"[after at 40 120]" in said, said
+    finally:
+        proc.stdin.close()  # the relayed terminal goes: the attach lets go
+        try:
+            proc.wait(SCREEN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    assert _running(ms_dirs, "web")
+
+
+def test_keys_read_after_a_resize_go_to_ssh_after_its_size() -> None:
+    """This side of the relay (``_relay._pump``) on a real PTY: the window
+    is resized and keys typed before the SIGWINCH is seen (here it never
+    is: nothing writes to ``sig_r``), and the size still goes first,
+    asked after the keys are read. A resize alone goes on its SIGWINCH."""
+    master, window = os.openpty()  # the person's window; ``window`` is its tty
+    tty.setraw(window)
+    set_winsize(master, 24, 80)
+    to_ssh_r, to_ssh = os.pipe()
+    sig_r, sig_w = os.pipe()
+    done_r, done_w = os.pipe()
+    os.set_blocking(to_ssh, False)
+    pump = threading.Thread(target=_pump, args=(window, to_ssh, sig_r, done_r, (24, 80), None))
+    pump.start()
+    got: list[Item] = []
+    decoder = Decoder()
+
+    def sent_to_ssh(*want: Item) -> None:
+        """What went to ssh, read until its last item came (in whatever order)."""
+        end = time.monotonic() + SCREEN_TIMEOUT
+        while want[-1] not in merged(got):
+            left = max(0.0, end - time.monotonic())
+            assert select.select([to_ssh_r], [], [], left)[0], f"{want[-1]!r} not sent: {got}"
+            got.extend(decoder.feed(os.read(to_ssh_r, 4096)))
+        assert merged(got) == list(want)
+
+    try:
+        sent_to_ssh((24, 80))  # the first size, before anything else
+        set_winsize(master, 40, 120)
+        os.write(master, b"keys")
+        sent_to_ssh((24, 80), (40, 120), b"keys")
+        set_winsize(master, 50, 132)
+        os.write(sig_w, bytes([signal.SIGWINCH]))
+        sent_to_ssh((24, 80), (40, 120), b"keys", (50, 132))
+    finally:
+        os.write(done_w, b"x")  # ssh exited: the pump returns
+        pump.join(SCREEN_TIMEOUT)
+        for fd in (master, window, to_ssh_r, to_ssh, sig_r, sig_w, done_r, done_w):
+            os.close(fd)
+    assert not pump.is_alive()
+
+
 def test_a_large_paste_reaches_the_program_byte_for_byte(ms_dirs: MsDirs) -> None:
     """256 KiB of every byte value typed through the relay into a program
     on a raw terminal (the relay's NUL, the PTY's 4 KiB input queue and the
@@ -154,14 +247,7 @@ def test_a_large_paste_reaches_the_program_byte_for_byte(ms_dirs: MsDirs) -> Non
     script = f"stty raw -echo; exec cat > {out}"
     run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh", "-c", script)
     paste = os.urandom(256 * 1024)
-    proc = subprocess.Popen(
-        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=person_env(ms_dirs),
-        cwd=ms_dirs.root,
-    )
+    proc = relayed_attach(ms_dirs, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stdin is not None
     try:
         assert wait_until_sync(out.exists, 15)  # stty has run
