@@ -27,7 +27,6 @@ already, on this side.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import select
 import signal
@@ -92,8 +91,11 @@ def serve_relayed() -> None:
     # Status lines and errors go with the output, in order; a raw terminal
     # needs CR LF.
     os.dup2(1, 2)
-    if isinstance(sys.stderr, io.TextIOWrapper):
-        sys.stderr.reconfigure(newline="\r\n")
+    # A new stream on the new fd 2: ``reconfigure`` of the old one would
+    # seek, and fails ("Illegal seek") when fd 2 was a file and is a pipe now.
+    sys.stderr = open(  # noqa: SIM115  # fd 2 stays open; this object lives as long
+        2, "w", buffering=1, newline="\r\n", closefd=False, errors="backslashreplace"
+    )
     use_relayed(relayed)
     _deliver(first, relayed, keys_w)  # nobody is sized yet: SIGWINCH is ignored
     threading.Thread(

@@ -264,3 +264,28 @@ def test_a_large_paste_reaches_the_program_byte_for_byte(ms_dirs: MsDirs) -> Non
         proc.wait(30)
     assert out.read_bytes() == paste
     assert _running(ms_dirs, "web")
+
+
+async def test_a_relay_whose_stderr_is_a_file_runs(ms_dirs: MsDirs) -> None:
+    """stderr a file, stdout a pipe (as under a test runner's capture): the
+    relay points stderr at the output and writes CR LF there; it used to
+    ``reconfigure`` the old stream, which seeks: "Illegal seek" at once."""
+    run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh")
+    with open(ms_dirs.root / "relay-stderr", "w+b") as err:
+        proc = relayed_attach(ms_dirs, stdout=subprocess.PIPE, stderr=err.fileno())
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            os.write(proc.stdin.fileno(), encode_size(24, 80) + encode_input(b"echo re-lay-ed\r"))
+            await read_until(proc.stdout.fileno(), b"re-lay-ed", SCREEN_TIMEOUT)
+        finally:
+            proc.stdin.close()
+            try:
+                proc.wait(SCREEN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        err.seek(0)
+        assert err.read() == b""  # everything went to the output, nothing crashed
+    assert proc.returncode == 1  # the relayed terminal went away: let go
+    assert _running(ms_dirs, "web")
