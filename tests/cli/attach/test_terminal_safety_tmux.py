@@ -47,8 +47,8 @@ print("read-done")
 # Every query of issue 24's list, then a DA1 with a C0 inside (which the
 # terminal executes, then answers).
 EVERY_QUERY = (
-    r'printf "\033[c\033[>c\033[=c\033[6n\033[5n\033[?2004\$p\033P\$qm\033\\'
-    r"\033P+q544e\033\\\033[>q\033]4;1;?\007\033]10;?\007\033]11;?\007\033]12;?\007"
+    r'printf "\033[c\033[>c\033[=c\033[6n\033[5n\033[?2004\$p\033P\$qm\033\\\\'
+    r"\033P+q544e\033\\\\\033[>q\033]4;1;?\007\033]10;?\007\033]11;?\007\033]12;?\007"
     r'\033]52;c;?\007\033[14t\033[18t\033[21t\033[?u\005\033[\010c"; echo asked; exec sleep 600'
 )
 
