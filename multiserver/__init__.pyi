@@ -42,6 +42,9 @@ from multiserver._frames import (
     is_a as is_a,
     replaced as replaced,
 )
+from multiserver._hooks import (
+    WELCOME_HOOKS as WELCOME_HOOKS,
+)
 from multiserver._lazy import (
     lazy_exports as lazy_exports,
 )
@@ -94,6 +97,8 @@ from multiserver._proto import (
     MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
     NAME_RE as NAME_RE,
     PROTOCOL_VERSION as PROTOCOL_VERSION,
+    SERVER_NAME as SERVER_NAME,
+    UPGRADE_VERSION as UPGRADE_VERSION,
     describe_exit as describe_exit,
     exit_status as exit_status,
 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from multiserver import __version__
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,6 +32,9 @@ PROTOCOL_VERSION = 6
 MIN_PROTOCOL_VERSION = 2
 OS_BYTES_VERSION = 5
 UPGRADE_VERSION = 6
+
+# What the daemon says it runs (Welcome.server): the installed code's version.
+SERVER_NAME = f"multiserver/{__version__}"
 
 # What a session name (Launch.name) may be; the daemon refuses any other.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")

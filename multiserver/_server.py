@@ -13,27 +13,22 @@ import os
 import secrets
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import trio
 
-from multiserver import __version__, _upgrade
+from multiserver import _upgrade
 from multiserver._children import Child, ChildTable
 from multiserver._codec import Codec
 from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
 from multiserver._core import Answer, RequestCore
 from multiserver._messages import Error
+from multiserver._proto import SERVER_NAME as SERVER_NAME
 from multiserver._snapshot import Snapshot
 from multiserver._wire import IntakeBudget
 
-if TYPE_CHECKING:
-    from multiserver._files import DaemonFiles
-
 log = logging.getLogger("multiserver.daemon")
-
-# What the daemon says it runs (Welcome.server): the installed code's version.
-SERVER_NAME = f"multiserver/{__version__}"
 
 
 class Listener(Protocol):
@@ -59,7 +54,7 @@ class Daemon:
         self._refused_logged = -math.inf
         # Set by the process that serves it from its files (``_daemon_main``):
         # without them (the simulator, a bare ``serve``) it cannot upgrade.
-        self.files: DaemonFiles | None = None
+        self.files: _upgrade.DaemonFiles | None = None
         self._upgrading = False
         self._accepting = trio.CancelScope()
         self._listener: Listener | None = None

@@ -33,21 +33,66 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from multiserver import _platform, _snapshot
+from multiserver._children import ChildTable
+from multiserver._config import DaemonConfig
+from multiserver._connection import ClientConnection
 from multiserver._core import Answer, Reply
 from multiserver._messages import Error, Upgraded
+from multiserver._origin import DaemonOrigin
+from multiserver._paths import DaemonPaths
+from multiserver._proto import SERVER_NAME
 from multiserver._snapshot import BlobWriter, Snapshot
 
-if TYPE_CHECKING:
-    from multiserver._connection import ClientConnection
-    from multiserver._files import DaemonFiles
-    from multiserver._server import Daemon
-
 log = logging.getLogger("multiserver.daemon")
+
+
+class Daemon(Protocol):
+    """What an upgrade needs of the daemon (``_server.Daemon``)."""
+
+    @property
+    def config(self) -> DaemonConfig: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def children(self) -> ChildTable: ...
+
+    @property
+    def clients(self) -> list[ClientConnection]: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class Listening(Protocol):
+    def fileno(self) -> int: ...
+
+
+class DaemonFiles(Protocol):
+    """What an upgrade needs of the daemon's files (``_files.DaemonFiles``)."""
+
+    @property
+    def paths(self) -> DaemonPaths: ...
+
+    @property
+    def listener(self) -> Listening: ...
+
+    @property
+    def lock_fd(self) -> int: ...
+
+    @property
+    def socket_stat(self) -> os.stat_result: ...
+
+    @property
+    def origin(self) -> DaemonOrigin | None: ...
+
 
 # How long connections get to park before those that did not are
 # disconnected (a client that neither reads its answers nor sends a whole
@@ -66,8 +111,6 @@ def take_snapshot(
     daemon: Daemon, files: DaemonFiles, conns: list[ClientConnection]
 ) -> tuple[Snapshot, list[bytes]]:
     """The daemon's state now, and its bytes. Synchronous."""
-    from multiserver._server import SERVER_NAME
-
     blobs = BlobWriter()
     children, next_id = daemon.children.snapshot(blobs)
     peers = [conn.export(blobs) for conn in conns]
@@ -225,8 +268,6 @@ def _exec(snapshot: Snapshot, parts: list[bytes], directory: str) -> OSError:
 
 def upgraded(conn: ClientConnection, req: int, old_server: str, paused: float) -> Reply:
     """The new code's answer to the Upgrade that started it."""
-    from multiserver._server import SERVER_NAME
-
     msg = Upgraded(
         req=req, pid=os.getpid(), old_server=old_server, server=SERVER_NAME, paused=paused
     )

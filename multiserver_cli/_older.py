@@ -12,8 +12,17 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Protocol
 
-    from multiserver._light_messages import Welcome
+    class Welcome(Protocol):
+        """What of a daemon's Welcome this reads."""
+
+        @property
+        def server(self) -> str: ...
+
+        @property
+        def instance_id(self) -> str: ...
+
 
 # What was said already: one line per daemon instance and version.
 TOLD = "told-older-daemon"

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     if getattr(command, "WHOLE_PARSER", False):  # completion: every command's flags
         args.whole_parser = build_parser()
     if command not in (upgrade, daemon):  # they say the daemon's version themselves
-        from multiserver._hooks import WELCOME_HOOKS
+        from multiserver import WELCOME_HOOKS
         from multiserver_cli._older import notice
 
         WELCOME_HOOKS.append(notice)

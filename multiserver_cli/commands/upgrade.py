@@ -56,13 +56,13 @@ def upgrade_one(socket: Path, *, explicit: bool) -> tuple[str, bool]:
     import time
 
     from multiserver import (
+        UPGRADE_VERSION,
         DaemonNotRunning,
         DaemonPaths,
         MultiserverError,
         RequestFailed as Refused,
         dial_blocking,
     )
-    from multiserver._proto import UPGRADE_VERSION
 
     paths = DaemonPaths.for_socket(socket)
     label = f"daemon {paths.number}"
