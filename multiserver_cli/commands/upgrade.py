@@ -104,9 +104,12 @@ def _version(server: str) -> str:
 
 def _upgrade_there(host_name: str) -> int:
     """``upgrade --host H``: the host's own ``multiserver upgrade``."""
+    from multiserver import printable
     from multiserver_cli._remote import host_of, passed
     from restore import run_remote
 
     host = host_of(host_name)
     done = run_remote(host, ["upgrade"], timeout=max(host.timeout, UPGRADE_TIMEOUT))
-    return passed(done, host_name)
+    for line in done.stdout.decode(errors="replace").splitlines():
+        print(printable(f"{host_name}: {line}"), flush=True)  # whose daemon it was
+    return passed(done, host_name, stdout=False)

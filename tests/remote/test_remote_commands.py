@@ -260,3 +260,24 @@ async def test_peek_of_a_host_on_a_terminal_writes_no_query_and_to_a_pipe_every_
     assert b"asked" in shown
     for query in (b"\x1b[6n", b"\x1b[c", b"\x1b]52", b"\x1b]11;?"):
         assert query not in shown, shown
+
+
+def test_upgrade_of_a_host_upgrades_its_daemon_in_place(ms_dirs: MsDirs, sshd: Remote) -> None:
+    """``upgrade --host`` runs the host's own ``multiserver upgrade``: its
+    daemon keeps its pid and its session; the line says which host."""
+    added = run(ms_dirs, sshd, "host", "add", "db1", "--ssh", sshd.alias, "--command", sshd.command)
+    assert added.returncode == 0, added.stderr
+    made = run(ms_dirs, sshd, "new", "--host", "db1", "-d", "-n", "web", "--", "sh")
+    assert made.returncode == 0, made.stderr
+    before = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
+    done = run(ms_dirs, sshd, "upgrade", "--host", "db1")
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.splitlines()
+    assert line.startswith("db1: daemon 1 (pid ") and ", paused " in line, line
+    after = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
+    assert [(s["name"], s["pid"]) for s in after if s.get("host") == "db1"] == [
+        (s["name"], s["pid"]) for s in before if s.get("host") == "db1"
+    ]
+    # Not this machine's daemon: none runs here, and none was started.
+    here = run(ms_dirs, sshd, "upgrade")
+    assert (here.returncode, here.stderr) == (0, "no daemon running: nothing to upgrade\n")
