@@ -8,12 +8,14 @@ Real detached daemons, real PTYs; every wait is bounded.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import termios
 
 import pytest
 import trio
@@ -27,6 +29,8 @@ from multiserver._messages import (
     Children,
     Hello,
     ListChildren,
+    Peek,
+    Peeked,
     Welcome,
 )
 from multiserver._server import SERVER_NAME
@@ -412,3 +416,40 @@ async def test_a_child_that_exited_during_the_exec_is_reaped_with_its_code() -> 
 def _state_of(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
+
+
+async def test_answers_queued_for_a_client_that_does_not_read_cross_whole(
+    daemon: RunningDaemon,
+) -> None:
+    """A client asked a lot and read nothing: the daemon's writer is in the
+    middle of a frame (the socket is full: a frame larger than the socket's
+    buffer goes out in pieces) when it pauses. The rest of that frame and
+    every queued one are sent by the new code: every answer arrives once,
+    in order, whole."""
+    count = 120_000  # ~800 KB of output: each Peeked frame is that large
+    async with open_client(daemon.paths) as helper:
+        flood = await helper.launch(["seq", "1", str(count)], hold=False)
+        await wait_buffered(helper, flood.child.id, len(seq_output(count)))
+        codec, hello = hello_frame()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(daemon.paths.socket))
+            sock.sendall(hello)
+            assert isinstance(await trio.to_thread.run_sync(read_event, sock, codec, 10.0), Welcome)
+            asked = 4
+            sock.sendall(
+                b"".join(codec.send(Peek(req=r, id=flood.child.id)) for r in range(1, asked + 1))
+            )
+            # Part of the first answer is here: the rest waits in the daemon.
+            await wait_until(lambda: _waiting(sock) > 64 * 1024, 10, "the first answer's start")
+            await upgraded(daemon)
+            for req in range(1, asked + 1):
+                answer = await trio.to_thread.run_sync(read_event, sock, codec, 10.0)
+                assert isinstance(answer, Peeked) and answer.req == req, answer
+                assert answer.output == seq_output(count)
+        await helper.collect(flood.child.id)
+
+
+def _waiting(sock: socket.socket) -> int:
+    """Bytes that arrived on ``sock`` and were not read yet."""
+    got = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return int.from_bytes(got, sys.byteorder)
