@@ -45,7 +45,14 @@ from pathlib import Path
 import attrs
 import trio
 
-from benchmarks.common import COMMAND_TIMEOUT, MEASURE_TIMEOUT, SESSION_ARGV, Scratch, scratch
+from benchmarks.common import (
+    COMMAND_TIMEOUT,
+    MEASURE_TIMEOUT,
+    SESSION_ARGV,
+    Scratch,
+    scratch,
+    timed_command,
+)
 from benchmarks.installed import installed
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, DaemonPaths, open_client
@@ -119,29 +126,6 @@ async def _probed_upgrade(paths: DaemonPaths, count: int) -> tuple[float, float,
     return end - start, done.paused, end - sent
 
 
-def _run_ok(
-    argv: list[str], env: dict[str, str], timeout: float
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        argv,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[-2:])} exited {done.returncode}: {done.stderr[-300:]}")
-    return done
-
-
-def _timed(argv: list[str], env: dict[str, str], timeout: float = COMMAND_TIMEOUT) -> float:
-    t0 = time.perf_counter()
-    _run_ok(argv, env, timeout)
-    return time.perf_counter() - t0
-
-
 def _env(sc: Scratch) -> dict[str, str]:
     return sc.env(
         HOME=str(sc.root),
@@ -167,7 +151,7 @@ async def _stop(paths: DaemonPaths) -> None:
 def _measure(settings: Settings, sc: Scratch, count: int) -> Samples:
     env = _env(sc)
     command = installed().command
-    _run_ok([command, "daemon"], env, COMMAND_TIMEOUT)
+    timed_command([command, "daemon"], env)
     paths = DaemonPaths.for_number(1)
     out = Samples()
     try:
@@ -177,8 +161,9 @@ def _measure(settings: Settings, sc: Scratch, count: int) -> Samples:
             out.pause.append(pause * 1000)
             out.reported.append(reported * 1000)
             out.from_send.append(from_send * 1000)
-            out.command.append(_timed([command, "upgrade"], env, UPGRADE_TIMEOUT) * 1000)
-            out.floor.append(_timed([installed().python, "-P", "-c", FLOOR_IMPORT], env) * 1000)
+            out.command.append(timed_command([command, "upgrade"], env, UPGRADE_TIMEOUT) * 1000)
+            floor = [installed().python, "-P", "-c", FLOOR_IMPORT]
+            out.floor.append(timed_command(floor, env) * 1000)
     finally:
         trio.run(_stop, paths)
     return out
@@ -186,7 +171,14 @@ def _measure(settings: Settings, sc: Scratch, count: int) -> Samples:
 
 def _import_times(env: dict[str, str]) -> Counter[str]:
     """Microseconds of the floor's imports (``-X importtime``, self), by package."""
-    done = _run_ok([installed().python, "-X", "importtime", "-P", "-c", FLOOR_IMPORT], env, 30)
+    done = subprocess.run(
+        [installed().python, "-X", "importtime", "-P", "-c", FLOOR_IMPORT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=True,
+    )
     by: Counter[str] = Counter()
     for line in done.stderr.splitlines():
         found = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
@@ -199,7 +191,8 @@ def _import_times(env: dict[str, str]) -> Counter[str]:
 def _breakdown(sc: Scratch) -> str:
     """The floor's parts: the interpreter's start and the imports by package (ms)."""
     env = _env(sc)
-    start = median([_timed([installed().python, "-P", "-c", "pass"], env) for _ in range(3)])
+    bare = [installed().python, "-P", "-c", "pass"]
+    start = median([timed_command(bare, env) for _ in range(3)])
     runs = [_import_times(env) for _ in range(3)]
     parts = {name: median([r[name] for r in runs]) / 1000 for name in (*SHOWN, "stdlib")}
     total = median([sum(r.values()) for r in runs]) / 1000
