@@ -12,10 +12,11 @@ take it (``conftest.py`` makes the builds and the venv).
   holds no more fds than after the first; detach and attach again work.
 - A build whose daemon module fails at import, and one whose snapshot
   reader refuses: the upgrade exits 1 with one line saying why, and the
-  daemon runs on as it was (pid, version, sessions, fds).
+  daemon runs on as it was (pid, version, sessions, fds, children).
 - The daemon SIGKILLed during the upgrade (while the new code checks the
-  snapshot; after the exec, before the new code serves): the next
-  ``restore`` brings every session back once.
+  snapshot; after the exec, before the new code serves; at a random moment
+  of it): its programs get their hangup, the check process ends, and the
+  next ``restore`` brings every saved session back once.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from multiserver import open_client
 from tests.cli.conftest import Terminal
 from tests.conftest import (
     child_pids,
+    daemon_pids_for,
     fd_links,
     is_alive,
     is_dead,
@@ -169,6 +171,8 @@ async def test_200_sessions_cross_21_upgrades_with_every_pid_code_and_line(
     await upgrade(installed, a, b)
     await assert_upgraded(installed, daemon, b)
     assert kept(await installed.sessions()) == kept(before)
+    # The last-resort cleanup of ms_dirs finds it still (no --socket in its argv now).
+    assert daemon_pids_for(installed.paths.socket) == [daemon["pid"]]
     await check_windows(windows, "typed-after-1")
 
     # 20 more: the x sessions exit one by one around the first 10 (their
@@ -232,10 +236,12 @@ async def test_a_build_that_cannot_take_over_is_refused_in_one_line(
 ) -> None:
     daemon = await installed.start()
     programs = {f"s{i}": SLEEPER for i in range(10)} | {"e3": exiting(3), "p": PRINTER}
-    await launch(installed.paths, programs)
+    pids = await launch(installed.paths, programs)
     await wait_exited(installed.paths, ["e3"])
     before = await installed.sessions()
     fds = fd_links(daemon["pid"])
+    children = set(child_pids(daemon["pid"]))
+    assert children == set(pids.values()) - {pids["e3"]}
 
     installed.venv.install(getattr(builds, build))
     done = await installed.run("upgrade")
@@ -248,6 +254,7 @@ async def test_a_build_that_cannot_take_over_is_refused_in_one_line(
     assert await installed.daemon() == daemon
     assert kept(await installed.sessions()) == kept(before)
     await wait_fds_back(daemon["pid"], fds)
+    assert set(child_pids(daemon["pid"])) == children  # the check process is gone too
 
 
 # --- SIGKILL during the upgrade ---------------------------------------------------
