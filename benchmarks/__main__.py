@@ -36,6 +36,7 @@ from benchmarks import (
     scrollback,
     simrestore,
     throughput,
+    upgrade,
 )
 from benchmarks.chart import draw
 from benchmarks.installed import installed
@@ -72,6 +73,7 @@ MODULES: tuple[ModuleType, ...] = (
     commands,
     scrollback,
     remote,
+    upgrade,
 )
 RUNS = 7
 QUICK_RUNS = 3

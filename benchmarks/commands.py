@@ -52,6 +52,7 @@ from benchmarks.common import (
     daemon_client,
     run_command,
     scratch,
+    timed_command,
     wait_for,
 )
 from benchmarks.installed import installed
@@ -120,15 +121,6 @@ PEER_SHAPES = {
 }
 
 
-def _timed(argv: Sequence[str], env: dict[str, str], timeout: float = 10.0) -> float:
-    t0 = time.perf_counter()
-    code = run_command(argv, env, timeout)
-    elapsed = time.perf_counter() - t0
-    if code != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])}... exited with {code}")
-    return elapsed
-
-
 def _to_raw(argv: Sequence[str], env: dict[str, str]) -> float:
     """Spawn ``argv`` on a fresh PTY; seconds until it has put that
     terminal in raw mode. The client is then stopped by pid."""
@@ -157,10 +149,10 @@ def _multiserver_probes(sc: Scratch, *, scaling_only: bool) -> dict[str, Probe]:
     def new(i: int) -> float:
         name = f"n{os.getpid()}-{len(made)}"
         made.append(name)
-        return _timed([ms, "new", "-d", "-n", name, "--", *SESSION_ARGV], env)
+        return timed_command([ms, "new", "-d", "-n", name, "--", *SESSION_ARGV], env)
 
     def kill(i: int) -> float:
-        return _timed([ms, "kill", made.pop()], env)
+        return timed_command([ms, "kill", made.pop()], env)
 
     stop_env = {**env, "MULTISERVER_IDLE_EXIT": "never"}
     stop_socket = DaemonPaths.for_number(STOP_DAEMON).socket  # in the scratch dirs
@@ -168,7 +160,7 @@ def _multiserver_probes(sc: Scratch, *, scaling_only: bool) -> dict[str, Probe]:
     def stop(i: int) -> float:
         if run_command([ms, "--daemon", str(STOP_DAEMON), "daemon"], stop_env) != 0:
             raise RuntimeError(f"could not start daemon {STOP_DAEMON}")
-        elapsed = _timed([ms, "--daemon", str(STOP_DAEMON), "stop"], env)
+        elapsed = timed_command([ms, "--daemon", str(STOP_DAEMON), "stop"], env)
         if not wait_for(lambda: not stop_socket.exists(), COMMAND_TIMEOUT, 0.005):
             raise RuntimeError(f"daemon {STOP_DAEMON} still listens after stop")
         return elapsed
@@ -181,14 +173,14 @@ def _multiserver_probes(sc: Scratch, *, scaling_only: bool) -> dict[str, Probe]:
     }
     probes: dict[str, Probe] = {
         "new -d": new,
-        "ls": lambda i: _timed([ms, "ls"], env),
+        "ls": lambda i: timed_command([ms, "ls"], env),
         "attach (to raw mode)": lambda i: _to_raw([ms, "attach", "-r", "none", "s1"], env),
-        "peek": lambda i: _timed([ms, "peek", "s1"], env),
+        "peek": lambda i: timed_command([ms, "peek", "s1"], env),
         "kill": kill,
-        "daemon": lambda i: _timed([ms, "daemon"], env),
-        "version": lambda i: _timed([ms, "version"], env),
+        "daemon": lambda i: timed_command([ms, "daemon"], env),
+        "version": lambda i: timed_command([ms, "version"], env),
         "stop": stop,
-        "restore (nothing saved)": lambda i: _timed([ms, "restore"], empty),
+        "restore (nothing saved)": lambda i: timed_command([ms, "restore"], empty),
     }
     scaling = {c.name for c in COMMANDS if c.scales}
     return {k: v for k, v in probes.items() if k in scaling or not scaling_only}
@@ -205,22 +197,22 @@ def _tmux_probes(sc: Scratch) -> dict[str, Probe]:
     def new(i: int) -> float:
         name = f"n{len(made)}"
         made.append(name)
-        return _timed(tm.new_argv(sc.root, name, SESSION_ARGV), env)
+        return timed_command(tm.new_argv(sc.root, name, SESSION_ARGV), env)
 
     def kill_server(i: int) -> float:
         start = tm.new_argv(other, "x", SESSION_ARGV)
         if run_command(start, env) != 0:
             raise RuntimeError("tmux: could not start a second server")
-        return _timed([*start[:5], "kill-server"], env)
+        return timed_command([*start[:5], "kill-server"], env)
 
     return {
         "new -d": new,
-        "ls": lambda i: _timed([*base, "ls"], env),
+        "ls": lambda i: timed_command([*base, "ls"], env),
         "attach (to raw mode)": lambda i: _to_raw(tm.attach_argv(sc.root, "s1"), env),
-        "peek": lambda i: _timed([*base, "capture-pane", "-p", "-t", "s1"], env),
-        "kill": lambda i: _timed([*base, "kill-session", "-t", made.pop()], env),
-        "daemon": lambda i: _timed([*base, "start-server"], env),
-        "version": lambda i: _timed(["tmux", "-V"], env),
+        "peek": lambda i: timed_command([*base, "capture-pane", "-p", "-t", "s1"], env),
+        "kill": lambda i: timed_command([*base, "kill-session", "-t", made.pop()], env),
+        "daemon": lambda i: timed_command([*base, "start-server"], env),
+        "version": lambda i: timed_command(["tmux", "-V"], env),
         "stop": kill_server,
     }
 
@@ -233,7 +225,7 @@ def _dtach_probes(sc: Scratch) -> dict[str, Probe]:
     def new(i: int) -> float:
         name = f"n{len(made)}"
         made.append(name)
-        return _timed(dt.new_argv(sc.root, name, SESSION_ARGV), env)
+        return timed_command(dt.new_argv(sc.root, name, SESSION_ARGV), env)
 
     return {
         "new -d": new,
@@ -254,7 +246,7 @@ def _measure(settings: Settings, probes: dict[str, Probe], runs: int) -> Samples
         spent = time.monotonic() - t0
         if i >= floor and spent + spent / i > SECONDS:
             break
-        base.append(_timed(py, env) * 1000)
+        base.append(timed_command(py, env) * 1000)
         for what, probe in probes.items():
             samples[what].append(probe(i) * 1000)
     return samples, base
@@ -274,7 +266,7 @@ async def _with_daemon(
     async with daemon_client():
         # Made as a person makes it: saved, so commands find it where it lives.
         env = sc.env(HOME=str(sc.root), TMPDIR=str(sc.root))
-        _timed([multiserver_bin(), "new", "-d", "-n", "s1", "--", *SESSION_ARGV], env)
+        timed_command([multiserver_bin(), "new", "-d", "-n", "s1", "--", *SESSION_ARGV], env)
         probes = _multiserver_probes(sc, scaling_only=False)
         one = await trio.to_thread.run_sync(_measure, settings, probes, runs)
         await _add_sessions(settings.many - 1)
@@ -292,7 +284,7 @@ def _loop(sc: Scratch) -> float:
         "i=$((i+1)); done"
     )
     env = sc.env(HOME=str(sc.root), TMPDIR=str(sc.root))
-    return _timed(["sh", "-c", script], env, timeout=MEASURE_TIMEOUT * 3)
+    return timed_command(["sh", "-c", script], env, timeout=MEASURE_TIMEOUT * 3)
 
 
 def _peer(settings: Settings, name: str, runs: int) -> Samples:

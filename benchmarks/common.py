@@ -226,6 +226,18 @@ def run_command(argv: Sequence[str], env: dict[str, str], timeout: float = COMMA
     return os.waitstatus_to_exitcode(status)
 
 
+def timed_command(
+    argv: Sequence[str], env: dict[str, str], timeout: float = COMMAND_TIMEOUT
+) -> float:
+    """Seconds ``argv`` took (``run_command``); RuntimeError unless it exited 0."""
+    t0 = time.perf_counter()
+    code = run_command(argv, env, timeout)
+    elapsed = time.perf_counter() - t0
+    if code != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])}... exited with {code}")
+    return elapsed
+
+
 def spawn_on_pty(
     executable: str,
     argv: Sequence[str],

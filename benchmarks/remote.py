@@ -33,7 +33,14 @@ from pathlib import Path
 
 import attrs
 
-from benchmarks.common import MEASURE_TIMEOUT, MIB, Scratch, run_command, scratch, spawn_on_pty
+from benchmarks.common import (
+    MEASURE_TIMEOUT,
+    MIB,
+    Scratch,
+    scratch,
+    spawn_on_pty,
+    timed_command,
+)
 from benchmarks.results import Limit, Row, Settings, median, spread
 from benchmarks.terminal import multiserver_bin
 from restore import Host, ssh_argv
@@ -44,14 +51,7 @@ PAYLOAD = 8 * MIB
 THROUGHPUT_AT_LEAST = 0.9
 LS_AT_MOST = 1.2
 SECONDS = 120.0
-
-
-def _timed(argv: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
-    code = run_command(argv, env, 30)
-    if code != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])}... exited with {code}")
-    return time.perf_counter() - t0
+SSH_TIMEOUT = 30.0  # a bound on one command that goes through ssh
 
 
 def _payload(path: Path) -> None:
@@ -144,7 +144,11 @@ def _measure(settings: Settings, sc: Scratch, remote: Remote) -> list[Row]:
         MULTISERVER_CONFIG_DIR=str(sc.root / "config"),
         **remote.ssh_env,
     )
-    _timed([ms, "host", "add", "db1", "--ssh", remote.alias, "--command", remote.command], env)
+    timed_command(
+        [ms, "host", "add", "db1", "--ssh", remote.alias, "--command", remote.command],
+        env,
+        SSH_TIMEOUT,
+    )
     path = sc.root / "payload.b64"
     _payload(path)
     lines = path.read_bytes().count(b"\n")
@@ -155,16 +159,20 @@ def _measure(settings: Settings, sc: Scratch, remote: Remote) -> list[Row]:
     cat_rate: list[float] = []
     ssh_true = ["ssh", "-F", str(remote.ssh_config), remote.alias, "true"]
     shared_true = _shared_true(remote)
-    _timed([ms, "ls"], env)  # opens the shared connection
+    timed_command([ms, "ls"], env, SSH_TIMEOUT)  # opens the shared connection
     for i in settings.runs_within(SECONDS):
-        ls_ms.append(_timed([ms, "ls"], env) * 1000)
-        shared_ms.append(_timed(shared_true, env) * 1000)
-        ssh_ms.append(_timed(ssh_true, env) * 1000)
+        ls_ms.append(timed_command([ms, "ls"], env, SSH_TIMEOUT) * 1000)
+        shared_ms.append(timed_command(shared_true, env, SSH_TIMEOUT) * 1000)
+        ssh_ms.append(timed_command(ssh_true, env, SSH_TIMEOUT) * 1000)
         name = f"t{i}"
         script = f"echo ready; read x; cat {path}; exec sleep 1000"
-        _timed([ms, "new", "--host", "db1", "-d", "-n", name, "--", "sh", "-c", script], env)
+        timed_command(
+            [ms, "new", "--host", "db1", "-d", "-n", name, "--", "sh", "-c", script],
+            env,
+            SSH_TIMEOUT,
+        )
         attach_rate.append(PAYLOAD / MIB / _attached(ms, env, name, lines))
-        _timed([ms, "kill", f"db1:{name}"], env)
+        timed_command([ms, "kill", f"db1:{name}"], env, SSH_TIMEOUT)
         cat_rate.append(PAYLOAD / MIB / _ssh_cat(remote, path, env, lines))
     ratio = median([a / b for a, b in zip(ls_ms, shared_ms, strict=True)])
     tput = median([a / b for a, b in zip(attach_rate, cat_rate, strict=True)])

@@ -243,7 +243,7 @@ def markdown(
     ]
     v = verdicts(rows)
     if v:
-        parts += ["## Targets (issues 2, 3, 4, 6, 22 and 23)\n", "\n".join(v) + "\n"]
+        parts += ["## Targets (issues 2, 3, 4, 6, 22, 23 and 25)\n", "\n".join(v) + "\n"]
     c = peer_comparison(rows)
     if c:
         parts += ["## Against the peers\n", "\n".join(c) + "\n"]

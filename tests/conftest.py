@@ -123,7 +123,8 @@ def proc_status(pid: int) -> dict[str, str]:
 
 def daemon_pids_for(socket_path: Path) -> list[int]:
     """Live daemons started for ``socket_path`` (found by their command line,
-    which names the socket; the path is unique to one test)."""
+    which names the socket; the path is unique to one test), or serving it
+    since an upgrade in place (``_resumed_socket``)."""
     want = os.fsencode(str(socket_path))
     return _daemon_pids(lambda sock: sock == want)
 
@@ -137,12 +138,39 @@ def daemon_pids_under(root: Path) -> list[int]:
 
 def _daemon_pids(wanted: Callable[[bytes], bool]) -> list[int]:
     found = []
+    bound: dict[int, bytes] | None = None
     for pid, cmdline in cmdlines():
         args = cmdline.split(b"\0")
-        names_socket = any(a == b"--socket" and wanted(b) for a, b in itertools.pairwise(args))
+        if b"--resume" in args:
+            bound = _bound_unix_sockets() if bound is None else bound
+            names_socket = any(wanted(sock) for sock in _resumed_socket(pid, bound))
+        else:
+            names_socket = any(a == b"--socket" and wanted(b) for a, b in itertools.pairwise(args))
         if names_socket and is_alive(pid):
             found.append(pid)
     return sorted(found)
+
+
+def _bound_unix_sockets() -> dict[int, bytes]:
+    """Inode -> the path it is bound to, of every Unix socket bound to one."""
+    found = {}
+    with open("/proc/net/unix", "rb") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 8:
+                found[int(fields[6])] = fields[7]
+    return found
+
+
+def _resumed_socket(pid: int, bound: dict[int, bytes]) -> list[bytes]:
+    """The socket paths ``pid`` serves, for a daemon upgraded in place: its
+    command line is ``-m multiserver --resume FD`` then, naming no socket,
+    and the cleanup of a test would miss it."""
+    try:
+        return [bound[inode] for inode in socket_inodes(pid) if inode in bound]
+    except OSError:  # gone meanwhile
+        return []
 
 
 def unix_socket_inodes(path: Path) -> set[int]:
