@@ -413,8 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     if args == ["--check-snapshot"]:
         check_main()
         return
-    if len(args) == 2 and args[0] == "--resume":
-        resume_main(args[1])
+    if len(args) in (2, 4) and args[0] == "--resume" and args[2:3] in ([], ["--socket"]):
+        resume_main(args[1])  # --socket PATH: for a person reading ps; the snapshot has it
         return
     if args in (["-h"], ["--help"]):
         print(f"{_Args.USAGE}\nthe multiserver daemon, as a client starts it (detached)")

@@ -253,7 +253,8 @@ def _exec(snapshot: Snapshot, parts: list[bytes], directory: str) -> OSError:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         for handler in logging.getLogger().handlers:
             handler.flush()
-        os.execv(sys.executable, new_code_argv("--resume", str(fd)))
+        argv = new_code_argv("--resume", str(fd), "--socket", snapshot.socket)
+        os.execv(sys.executable, argv)
     except OSError as exc:
         for n in fds:
             try:
