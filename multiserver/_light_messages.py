@@ -317,6 +317,18 @@ else:
             self.message = message
 
 
+    class Upgraded(Twin):
+        __slots__ = ('req', 'pid', 'old_server', 'server', 'paused',)
+        TYPE = 39
+
+        def __init__(self, req, pid, old_server, server, paused):
+            self.req = req
+            self.pid = pid
+            self.old_server = old_server
+            self.server = server
+            self.paused = paused
+
+
     class ChildExited(Twin):
         __slots__ = ('id', 'exit_code',)
         TYPE = 50
@@ -332,18 +344,6 @@ else:
 
         def __init__(self, id):
             self.id = id
-
-
-    class Upgraded(Twin):
-        __slots__ = ('req', 'pid', 'old_server', 'server', 'paused',)
-        TYPE = 39
-
-        def __init__(self, req, pid, old_server, server, paused):
-            self.req = req
-            self.pid = pid
-            self.old_server = old_server
-            self.server = server
-            self.paused = paused
 
     LightChildExited = ChildExited
     LightChildTaken = ChildTaken
@@ -498,13 +498,6 @@ FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {
         ('errno', 'int', 'REQUIRED', False),
         ('message', 'str', 'REQUIRED', False),
     ),
-    'ChildExited': (
-        ('id', 'int', 'REQUIRED', False),
-        ('exit_code', 'int', 'REQUIRED', False),
-    ),
-    'ChildTaken': (
-        ('id', 'int', 'REQUIRED', False),
-    ),
     'Upgraded': (
         ('req', 'int', 'REQUIRED', False),
         ('pid', 'int', 'REQUIRED', False),
@@ -512,9 +505,16 @@ FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {
         ('server', 'str', 'REQUIRED', False),
         ('paused', 'float', 'REQUIRED', False),
     ),
+    'ChildExited': (
+        ('id', 'int', 'REQUIRED', False),
+        ('exit_code', 'int', 'REQUIRED', False),
+    ),
+    'ChildTaken': (
+        ('id', 'int', 'REQUIRED', False),
+    ),
 }
 REQUIRED = 'REQUIRED'
 # type code -> class name; the codes a client sends; fds a message may carry
-TYPES: dict[int, str] = {1: 'Hello', 2: 'Welcome', 3: 'Refused', 10: 'Launch', 11: 'Claim', 12: 'Release', 13: 'Signal', 14: 'Collect', 15: 'ListChildren', 16: 'Peek', 17: 'Resize', 18: 'Shutdown', 19: 'Upgrade', 30: 'Launched', 31: 'Claimed', 32: 'ChildError', 33: 'Released', 34: 'Ok', 35: 'Collected', 36: 'Children', 37: 'Peeked', 38: 'Error', 50: 'ChildExited', 51: 'ChildTaken', 39: 'Upgraded'}
+TYPES: dict[int, str] = {1: 'Hello', 2: 'Welcome', 3: 'Refused', 10: 'Launch', 11: 'Claim', 12: 'Release', 13: 'Signal', 14: 'Collect', 15: 'ListChildren', 16: 'Peek', 17: 'Resize', 18: 'Shutdown', 19: 'Upgrade', 30: 'Launched', 31: 'Claimed', 32: 'ChildError', 33: 'Released', 34: 'Ok', 35: 'Collected', 36: 'Children', 37: 'Peeked', 38: 'Error', 39: 'Upgraded', 50: 'ChildExited', 51: 'ChildTaken'}
 CLIENT: frozenset[int] = frozenset({1, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19})
 MAX_FDS: dict[int, int] = {30: 1, 31: 253}

@@ -395,54 +395,41 @@ Message = (
     | Upgraded
 )
 
+# Messages a client may send, and messages a daemon may send.
+_CLIENT: tuple[type[Message], ...] = (
+    Hello,
+    Launch,
+    Claim,
+    Release,
+    Signal,
+    Collect,
+    ListChildren,
+    Peek,
+    Resize,
+    Shutdown,
+    Upgrade,
+)
+_DAEMON: tuple[type[Message], ...] = (
+    Welcome,
+    Refused,
+    Launched,
+    Claimed,
+    ChildError,
+    Released,
+    Ok,
+    Collected,
+    Children,
+    Peeked,
+    Error,
+    ChildExited,
+    ChildTaken,
+    Upgraded,
+)
 MESSAGE_TYPES: dict[int, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (
-        Hello,
-        Welcome,
-        Refused,
-        Launch,
-        Claim,
-        Release,
-        Signal,
-        Collect,
-        ListChildren,
-        Peek,
-        Resize,
-        Shutdown,
-        Upgrade,
-        Launched,
-        Claimed,
-        ChildError,
-        Released,
-        Ok,
-        Collected,
-        Children,
-        Peeked,
-        Error,
-        ChildExited,
-        ChildTaken,
-        Upgraded,
-    )
+    cls.TYPE: cls for cls in sorted((*_CLIENT, *_DAEMON), key=lambda cls: cls.TYPE)
 }
+CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(_CLIENT)
+DAEMON_MESSAGES: frozenset[type[Message]] = frozenset(_DAEMON)
 
 # Which messages may travel with fds, and how many at most.
 MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 253}
-
-# Messages a client may send, and messages a daemon may send.
-CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(
-    {
-        Hello,
-        Launch,
-        Claim,
-        Release,
-        Signal,
-        Collect,
-        ListChildren,
-        Peek,
-        Resize,
-        Shutdown,
-        Upgrade,
-    }
-)
-DAEMON_MESSAGES: frozenset[type[Message]] = frozenset(MESSAGE_TYPES.values()) - CLIENT_MESSAGES

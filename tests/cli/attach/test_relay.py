@@ -104,6 +104,19 @@ def relayed_attach(ms_dirs: MsDirs, stdout: int, stderr: int) -> subprocess.Pope
     )
 
 
+def let_go(proc: subprocess.Popen[bytes]) -> None:
+    """The relayed terminal goes (its input closes): the attach lets go and
+    exits; killed if it has not within SCREEN_TIMEOUT."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    try:
+        proc.wait(SCREEN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+
+
 @pytest.mark.parametrize(
     ("sent", "said"),
     [
@@ -184,13 +197,7 @@ async def test_keys_sent_after_a_resize_reach_the_program_after_it(ms_dirs: MsDi
             said = await read_until(shown, b"]", SCREEN_TIMEOUT)
         assert b"[after at 40 120]" in said, said
     finally:
-        proc.stdin.close()  # the relayed terminal goes: the attach lets go
-        try:
-            proc.wait(SCREEN_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        let_go(proc)
     assert _running(ms_dirs, "web")
 
 
@@ -278,13 +285,7 @@ async def test_a_relay_whose_stderr_is_a_file_runs(ms_dirs: MsDirs) -> None:
             os.write(proc.stdin.fileno(), encode_size(24, 80) + encode_input(b"echo re-lay-ed\r"))
             await read_until(proc.stdout.fileno(), b"re-lay-ed", SCREEN_TIMEOUT)
         finally:
-            proc.stdin.close()
-            try:
-                proc.wait(SCREEN_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
+            let_go(proc)
         err.seek(0)
         assert err.read() == b""  # everything went to the output, nothing crashed
     assert proc.returncode == 1  # the relayed terminal went away: let go
