@@ -48,6 +48,7 @@ from tests.conftest import (
     MsDirs,
     RunningDaemon,
     close_fd,
+    connected_clients,
     fd_links,
     read_until,
     wait_fds_back,
@@ -76,6 +77,8 @@ async def upgraded(daemon: RunningDaemon) -> float:
 async def test_an_upgrade_keeps_pid_children_output_holders_and_connections(
     daemon: RunningDaemon,
 ) -> None:
+    # The fixture's own connection may not be gone yet: counted after it is.
+    await wait_until(lambda: connected_clients(daemon.pid, daemon.paths.socket) == 0, 10)
     fds_before = fd_links(daemon.pid)
     async with open_client(daemon.paths) as holder:
         echo = await holder.launch(["cat"], name="echo")  # held: its master is here
