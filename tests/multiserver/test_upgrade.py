@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
 import pytest
 import trio
@@ -41,6 +42,7 @@ from multiserver._snapshot import (
     ChildState,
     Snapshot,
     SnapshotError,
+    blob,
     decode,
     encode,
 )
@@ -456,3 +458,29 @@ def _waiting(sock: socket.socket) -> int:
     """Bytes that arrived on ``sock`` and were not read yet."""
     got = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
     return int.from_bytes(got, sys.byteorder)
+
+
+# One file per snapshot format this project has written (multiserver 0.1
+# writes format 1): whatever the code becomes, it reads each of them, or
+# refuses it in one line by design (raise OLDEST_READ, and say so in
+# docs/upgrade.md). A new format adds its file here.
+SHIPPED_SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED_SNAPSHOTS.glob("format-*.snap")), ids=str)
+def test_every_shipped_snapshot_format_is_still_read(path: Path) -> None:
+    snapshot, area = decode(path.read_bytes())
+    assert snapshot.format == int(path.stem.removeprefix("format-"))
+    [child] = snapshot.children
+    assert (child.id, child.pid, child.name, child.argv) == (
+        3,
+        4242,
+        "build",
+        ["make", "caf\udce9"],
+    )
+    assert blob(area, child.buffer) == b"\x1b[1mhello\r\n" and child.dropped == 12
+    [peer] = snapshot.peers
+    assert (peer.fd, peer.version, peer.held, peer.upgrade_req) == (11, 6, [3], 9)
+    assert blob(area, peer.unread) == b"MS\x00\x06"
+    assert [blob(area, out.frame) for out in peer.outbox] == [b"frame-rest"]
+    assert snapshot.fds() == [3, 4, 9, 11]
