@@ -30,9 +30,13 @@ from restore._partial import DaemonAttachment
 from restore._plan import ATTACH_SHARE, RELAUNCH_MARKER, Options, relaunch_notice
 from restore._restore import RestoreResult, release_claims, restore_arrangement
 from tests.conftest import MsDirs
+from tests.timing import HARNESS_TIMEOUT
 
-TIMEOUT = 10.0  # the restore's one deadline, from its start
+TIMEOUT = HARNESS_TIMEOUT  # the restore's one deadline, from its start
 ATTACH_BY = ATTACH_SHARE * TIMEOUT  # when its phase stops waiting for daemons
+# How the sessions' details say them.
+WITHIN_ATTACH_BY = f"within {ATTACH_BY:g} s"
+DEADLINE_PASSED = f"the restore deadline ({TIMEOUT:g} s)"
 
 
 # --- helpers -----------------------------------------------------------------------
@@ -299,7 +303,7 @@ async def test_every_outcome_in_one_restore(
         assert s["gone"].replay.startswith(shown + screen_reset(shown) + RELAUNCH_MARKER.encode())
         assert old.running and not old.held  # another instance's child is left alone
 
-        assert s["slow"].outcome == "timed-out" and "within 8 s" in s["slow"].detail
+        assert s["slow"].outcome == "timed-out" and WITHIN_ATTACH_BY in s["slow"].detail
         await check_fd_reaches(s["slow"].master, fresh["slow"])
 
         assert s["broken"].outcome == "failed"
@@ -939,7 +943,7 @@ async def test_a_relaunch_daemon_that_stops_answering_is_waited_for_once(
             assert [s.outcome for s in result.sessions] == ["failed"] * 3
             # All three were asked at once, in order; none was answered.
             for s in result.sessions:
-                assert "relaunch cut off by the restore deadline (10 s)" in s.detail
+                assert f"relaunch cut off by {DEADLINE_PASSED}" in s.detail
                 assert f"may have started it as {s.leaf.name!r}" in s.detail
                 assert s.daemon == str(relauncher.socket_path)  # where it may run
             assert [m.name for m in launches(relauncher)] == ["s0", "s1", "s2"]
@@ -982,7 +986,7 @@ async def test_a_slow_phase_then_slow_launches_end_by_the_one_deadline(
         ]
         await check_fd_reaches(s["att"].master, kid)
         for name in ("new1", "new2"):
-            assert "relaunch cut off by the restore deadline (10 s)" in s[name].detail
+            assert f"relaunch cut off by {DEADLINE_PASSED}" in s[name].detail
             assert f"may have started it as {name!r}, unsaved" in s[name].detail
             assert s[name].daemon == str(relauncher.socket_path)
             assert s[name].master is None and s[name].client is None
@@ -1012,7 +1016,7 @@ async def test_launches_cut_off_by_the_deadline_are_settled_by_the_next_restore(
             s = by_name(result)
             # Asked at once, answered one every 0.4 T: two by T.
             assert [x.outcome for x in result.sessions] == ["relaunched", "relaunched", "failed"]
-            assert "relaunch cut off by the restore deadline (10 s)" in s["new2"].detail
+            assert f"relaunch cut off by {DEADLINE_PASSED}" in s["new2"].detail
             # The cut-off launch is served after the deadline: its child is
             # the daemon's and runs, held by the relaunch connection until
             # that closes. Nothing saved points at it.
@@ -1084,7 +1088,7 @@ async def test_starting_the_relaunch_daemon_waits_only_for_what_is_left(
                 assert s[name].outcome == "failed"
                 assert s[name].detail.endswith(
                     f"relaunch not done: daemon {relauncher.socket_path} did not start"
-                    " by the restore deadline (10 s)"
+                    f" by {DEADLINE_PASSED}"
                 )
             assert launches(relauncher) == []
         await release_claims(result)
@@ -1130,9 +1134,9 @@ async def test_the_worst_case_is_one_deadline_not_three(
             assert [x.outcome for x in result.sessions] == outcomes
             for x in result.sessions:
                 if x.outcome == "failed":
-                    assert "the restore deadline (10 s)" in x.detail, x
+                    assert DEADLINE_PASSED in x.detail, x
             for x in result.sessions[3:]:
-                assert x.detail.startswith("daemon did not answer within 8 s;")
+                assert x.detail.startswith(f"daemon did not answer {WITHIN_ATTACH_BY};")
             await release_claims(result)
             nursery.cancel_scope.cancel()
 
@@ -1169,7 +1173,7 @@ async def test_an_ended_session_is_never_collected_so_a_wedged_collect_costs_not
             assert trio.current_time() - t0 == TIMEOUT
             [s] = result.sessions
             assert (s.outcome, s.exit_code) == ("failed", 2)
-            assert "relaunch not done: the restore deadline (10 s) passed" in s.detail
+            assert f"relaunch not done: {DEADLINE_PASSED} passed" in s.detail
             assert [c.name for c in a.children] == ["done"]
             await release_claims(result)
             nursery.cancel_scope.cancel()
@@ -1184,14 +1188,14 @@ async def test_an_absolute_deadline_instead_of_a_timeout(
     wedged = SimDaemon(ms_dirs.runtime / "w.sock", behavior=Behavior.on(Hello, hang=True))
     stuck = wedged.add_child(name="stuck")
     async with serving(relauncher, wedged), trio.open_nursery() as nursery:
-        deadline = trio.current_time() + 12.5
-        await trio.sleep(2.5)  # the caller's own work: 10 s are left
+        deadline = trio.current_time() + 2.5 + TIMEOUT
+        await trio.sleep(2.5)  # the caller's own work: TIMEOUT is left
         result = await restore_arrangement(
             arranged([leaf_of(wedged, stuck, workdir)]), nursery=nursery, deadline=deadline
         )
         assert trio.current_time() == 2.5 + ATTACH_BY
         [s] = result.sessions
-        assert s.outcome == "timed-out" and "within 8 s" in s.detail
+        assert s.outcome == "timed-out" and WITHIN_ATTACH_BY in s.detail
         assert s.daemon == str(relauncher.socket_path)
         with pytest.raises(ValueError, match="not both"):
             await restore_arrangement(
