@@ -55,9 +55,6 @@ def restore(ms_dirs: MsDirs, sshd: Remote) -> tuple[dict[str, Any], float]:
     t0 = time.monotonic()
     done = run(ms_dirs, sshd, "restore", "--json", "--timeout", "8")
     took = time.monotonic() - t0
-    print("TOOK", took, done.stderr)
-    print(done.stdout)
-    print(run(ms_dirs, sshd, "restore", "--timeout", "8").stdout)
     assert done.stdout, done.stderr
     return json.loads(done.stdout), took
 
