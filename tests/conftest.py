@@ -12,6 +12,8 @@
 - ``frozen``: a process (a daemon) stopped for a block, then let go.
 - ``wait_until``: poll a condition the daemon cannot signal, quickly and with a
   bound, and fail with a message. Tests never sleep to wait for readiness.
+- ``autojump_clock``: pytest-trio's, standing still while a worker thread
+  runs (``tests.timing``).
 
 Nothing here kills by name: every process is found by pid, either from the
 daemon's own answers or from /proc entries whose parent is the daemon, or (as a
@@ -34,6 +36,7 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from multiserver import ChildExited, Client, DaemonPaths, open_client
 
@@ -47,6 +50,7 @@ from tests.procs import (
     proc_state as proc_state,
     zombies as zombies,
 )
+from tests.timing import still_while_threads_run
 
 # Bounds, not delays: each is how long a condition may take before the test
 # fails. Generous, because the suite runs on 2 busy cores.
@@ -322,6 +326,16 @@ class RunningDaemon:
     paths: DaemonPaths
     pid: int
     instance_id: str
+
+
+@pytest.fixture
+def autojump_clock(monkeypatch: pytest.MonkeyPatch) -> trio.testing.MockClock:
+    """pytest-trio's fixture of this name, with worker threads that take no
+    virtual time: the autojump clock cannot jump past a test's deadlines
+    while a store write runs in a thread."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    still_while_threads_run(clock, monkeypatch)
+    return clock
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -39,6 +39,7 @@ from multiserver.testing import (
     Rule,
     SimDaemon,
 )
+from tests.timing import by_deadline, within
 
 
 def open_fds() -> set[int]:
@@ -335,7 +336,7 @@ async def test_delay_takes_virtual_time_not_wall_time(
     sim.behavior = Behavior.on(Claim, delay=30.0)
     async with open_client(sim.socket_path) as client:
         wall, virtual = time.monotonic(), trio.current_time()
-        [result] = await client.claim([1])
+        [result] = await by_deadline("a claim delayed 30 s", 30.0, client.claim([1]))
         close_fd(result.master)
         assert trio.current_time() - virtual == pytest.approx(30.0)
         assert time.monotonic() - wall < 2.0
@@ -485,10 +486,11 @@ async def test_hello_may_ask_for_no_listing(
 
 async def test_close_on_a_message(sim: SimDaemon, autojump_clock: trio.testing.MockClock) -> None:
     sim.behavior = Behavior.on(Collect, close=True) | Behavior.on(Hello, delay=1.0)
-    async with open_client(sim.socket_path) as client:
-        assert trio.current_time() == pytest.approx(1.0)
-        with pytest.raises(ConnectionClosed):
-            await client.collect(1)
+    with within("a hello delayed 1 s", 1.0):
+        async with open_client(sim.socket_path) as client:
+            assert trio.current_time() == pytest.approx(1.0)
+            with pytest.raises(ConnectionClosed):
+                await client.collect(1)
     sim.behavior = Behavior.on(Hello, close=True)
     with pytest.raises(ConnectionClosed):
         async with open_client(sim.socket_path):

@@ -11,7 +11,6 @@ a sweep never sees the machine's real sockets.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -50,10 +49,11 @@ from restore import (
     Window,
 )
 from restore._partial import DaemonAttachment
-from restore._restore import release_claims, restore_arrangement
+from restore._restore import RestoreResult, release_claims, restore_arrangement
 from tests.conftest import MsDirs
+from tests.timing import HARNESS_TIMEOUT, by_deadline, within
 
-TIMEOUT = 10.0  # restore's deadline in the late-arrival tests
+TIMEOUT = HARNESS_TIMEOUT  # restore's deadline in the late-arrival tests: no default's
 ATTACH_BY = ATTACH_SHARE * TIMEOUT  # when its phase stops waiting for daemons
 LATE = 15.0  # when a slow daemon answers restore's claim
 
@@ -107,6 +107,26 @@ async def serving(*sims: SimDaemon) -> AsyncIterator[None]:
         finally:
             for sim in sims:
                 sim.stop()
+
+
+async def restore(arrangement: Arrangement, *, timeout: float, **kw: Any) -> RestoreResult:
+    """``restore_arrangement`` under the outer bound (``tests.timing``)."""
+    return await by_deadline(
+        "restore_arrangement", timeout, restore_arrangement(arrangement, timeout=timeout, **kw)
+    )
+
+
+async def sweep_within(sink: OrphanSink, *, bound: float | None = None) -> SweepReport:
+    """``sweep`` (with ``bound``, or its default) under the outer bound."""
+    if bound is None:
+        return await by_deadline("sweep", SWEEP_BOUND, sweep(sink))
+    return await by_deadline("sweep", bound, sweep(sink, bound=bound))
+
+
+async def late_answer(arrived: trio.Event) -> None:
+    """Wait for the slow daemon's late answer (at ``LATE``) to be taken on."""
+    with within(f"taking on the late answer (due at t = {LATE:g} s)", LATE - trio.current_time()):
+        await arrived.wait()
 
 
 def open_fds() -> set[int]:
@@ -201,7 +221,7 @@ async def test_late_arrivals_end_up_in_the_orphans_window_exactly_once(
                 late_rows.extend(await adopt_late(att, sink))
                 adopted.set()
 
-            result = await restore_arrangement(
+            result = await restore(
                 arranged(leaves),
                 nursery=nursery,
                 timeout=TIMEOUT,
@@ -212,7 +232,7 @@ async def test_late_arrivals_end_up_in_the_orphans_window_exactly_once(
             # What the app now shows: the relaunched sessions (new refs).
             sink.current = arranged([s.leaf for s in result.sessions])
             assert late_rows == []
-            await adopted.wait()
+            await late_answer(adopted)
             assert trio.current_time() == LATE
 
             assert [(r.state, r.action) for r in late_rows] == [
@@ -255,17 +275,6 @@ async def test_a_late_arrival_and_a_sweep_adopt_each_child_once(
     path = dirs.root / "arrangement.sqlite3"
     late_rows: list[SweepRow] = []
     arrived = trio.Event()
-    clock = autojump_clock
-
-    async def freeze_at_the_deadline() -> None:
-        # The build writes the store in threads, and the autojump clock jumps
-        # while a thread runs: it would bring the late answer in the middle
-        # of the build (or past the restore's deadline). Stopped when the
-        # phase stops waiting, it stays there until we let it go, so the
-        # order of the two is the test's.
-        await trio.sleep(ATTACH_BY - 1)
-        clock.autojump_threshold = math.inf
-        clock.jump(1)
 
     with ArrangementStore.open(path) as store:
         store.save(arranged([leaf_of(slow, k, dirs.root) for k in kids]))
@@ -276,8 +285,9 @@ async def test_a_late_arrival_and_a_sweep_adopt_each_child_once(
                 late_rows.extend(await adopt_late(att, sink))
                 arrived.set()
 
-            nursery.start_soon(freeze_at_the_deadline)
-            result = await restore_arrangement(
+            # The build's store writes take no virtual time (the clock
+            # stands still in threads): the late answer comes after it.
+            result = await restore(
                 store.load(),
                 nursery=nursery,
                 timeout=TIMEOUT,
@@ -289,16 +299,14 @@ async def test_a_late_arrival_and_a_sweep_adopt_each_child_once(
             await release_claims(result)
             slow.behavior = Behavior()  # the sweep's claim is answered at once
             if first == "late-first":
-                clock.autojump_threshold = 0
-                await arrived.wait()
+                await late_answer(arrived)
                 assert trio.current_time() == LATE
-                swept = await sweep(sink)
+                swept = await sweep_within(sink)
             else:
                 # Restore's claim is still waiting in the daemon.
-                swept = await sweep(sink)
+                swept = await sweep_within(sink)
                 assert trio.current_time() == ATTACH_BY and late_rows == []
-                clock.autojump_threshold = 0
-                await arrived.wait()
+                await late_answer(arrived)
             nursery.cancel_scope.cancel()
     on_slow = [r for r in swept.rows if r.socket == str(slow.socket_path)]
     if first == "late-first":
@@ -393,7 +401,7 @@ async def test_two_concurrent_sweeps_adopt_each_orphan_once(
                 async with trio.open_nursery() as nursery:
 
                     async def run(sink: OrphanSink) -> None:
-                        reports.append(await sweep(sink))
+                        reports.append(await sweep_within(sink))
 
                     nursery.start_soon(run, a)
                     nursery.start_soon(run, b)
@@ -468,6 +476,12 @@ async def test_a_claim_won_after_the_other_sweep_recorded_is_refused_by_the_tran
 # --- a wedged daemon -----------------------------------------------------------------
 
 
+# The sweep's bound when a test gives one: not SWEEP_BOUND, so a sweep that
+# ignores the bound it is given misses it.
+BOUND = 1.5
+
+
+@pytest.mark.parametrize("bound", [None, BOUND], ids=["default-bound", "given-bound"])
 @pytest.mark.parametrize("sink_kind", ["memory", "store"])
 @pytest.mark.parametrize(
     "wedge",
@@ -480,8 +494,13 @@ async def test_a_claim_won_after_the_other_sweep_recorded_is_refused_by_the_tran
     ids=["accept-never", "hello-hangs", "claim-hangs", "collect-hangs"],
 )
 async def test_one_wedged_daemon_among_ten_costs_exactly_the_bound(
-    dirs: Dirs, wedge: Behavior, sink_kind: str, autojump_clock: trio.testing.MockClock
+    dirs: Dirs,
+    wedge: Behavior,
+    sink_kind: str,
+    bound: float | None,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
+    waited = SWEEP_BOUND if bound is None else bound
     with no_fd_leak():
         sims = [sim_at(i + 1) for i in range(10)]
         wedged = sims[6]
@@ -497,9 +516,9 @@ async def test_one_wedged_daemon_among_ten_costs_exactly_the_bound(
                 sink = MemorySink()
             async with serving(*sims):
                 t0 = trio.current_time()
-                report = await sweep(sink)
+                report = await sweep_within(sink, bound=bound)
                 # Not a moment more than the bound, and every healthy daemon done.
-                assert trio.current_time() - t0 == SWEEP_BOUND
+                assert trio.current_time() - t0 == waited
                 by_socket: dict[str, list[SweepRow]] = {}
                 for r in report.rows:
                     by_socket.setdefault(r.socket, []).append(r)
@@ -524,7 +543,7 @@ async def test_one_wedged_daemon_among_ten_costs_exactly_the_bound(
                     expected += [ref_of(wedged, k) for k in kids[wedged]]
                 else:
                     assert [(r.state, r.action) for r in wedged_rows] == [("unresponsive", "retry")]
-                    assert "did not answer within 2 s" in wedged_rows[0].detail
+                    assert f"did not answer within {waited:g} s" in wedged_rows[0].detail
                 assert sorted(orphan_refs(sink.arrangement())) == sorted(expected)
                 # Nothing stays held by the sweep, wedged or not.
                 for sim in sims:
@@ -538,7 +557,7 @@ async def test_the_bound_is_the_callers(dirs: Dirs, autojump_clock: trio.testing
     slow.add_child(["vim"])
     sink = MemorySink()
     async with serving(quick, slow):
-        report = await sweep(sink, bound=0.5)
+        report = await sweep_within(sink, bound=0.5)
         assert trio.current_time() == 0.5
         assert [(r.state, r.action) for r in report.rows] == [
             ("live", "ended"),
@@ -773,7 +792,7 @@ async def test_a_held_child_is_left_alone_and_a_lost_claim_race_is_a_clean_refus
             sim.behavior = Behavior.on(Claim, delay=2)  # the sweep's: at t = 2
             # At the sweep's hello nobody holds them yet, so both look like
             # orphans; by its claim the other client has them.
-            report = await sweep(MemorySink(), bound=5)
+            report = await sweep_within(MemorySink(), bound=5)
         assert trio.current_time() == 2
         assert [(r.action, r.detail) for r in report.rows] == [
             ("skipped", "already held by another client")
@@ -817,7 +836,7 @@ async def test_a_broken_daemon_is_reported_and_the_others_are_swept(
         odd = bad.add_child(["top"])
         sink = MemorySink()
         async with serving(healthy, bad):
-            report = await sweep(sink)
+            report = await sweep_within(sink)
             assert trio.current_time() == 0.0  # an error is an answer: no waiting
             assert [(r.socket, r.state, r.action) for r in report.rows] == [
                 (str(healthy.socket_path), "live", "adopted"),

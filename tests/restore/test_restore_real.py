@@ -29,6 +29,7 @@ from tests.conftest import (
     stop_daemon_sync,
     wait_until,
 )
+from tests.timing import TIMER_SLACK, restore_command_bound
 
 MULTISERVER = str(Path(sys.executable).with_name("multiserver"))
 # A bound on one command's run, not a delay.
@@ -236,7 +237,9 @@ async def test_after_stop_force_every_session_is_relaunched_in_its_saved_cwd(
 
 
 async def test_a_stopped_daemon_times_out_and_restore_returns_in_time(ms_dirs: MsDirs) -> None:
-    timeout = 1.0
+    # The relaunches get what the phase leaves of it, 20 %: 0.9 s, where
+    # three took up to 0.57 s on a busy machine (1 s left them 0.2 s).
+    timeout = 4.5
     wedged_pid: int | None = None
     try:
         await new_sessions(ms_dirs.root)
@@ -245,10 +248,6 @@ async def test_a_stopped_daemon_times_out_and_restore_returns_in_time(ms_dirs: M
         # daemon's start (a few hundred ms on a busy machine), which a restore
         # that must start one adds on top.
         await ms_ok("--daemon", "2", "daemon")
-        # What starting the command costs before it restores anything.
-        t0 = time.monotonic()
-        await ms_ok("--help")
-        startup = time.monotonic() - t0
 
         os.kill(wedged_pid, signal.SIGSTOP)
         await wait_until(lambda: proc_state(wedged_pid) == "T", 5, "the daemon to stop")
@@ -257,10 +256,13 @@ async def test_a_stopped_daemon_times_out_and_restore_returns_in_time(ms_dirs: M
         took = time.monotonic() - t0
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
-        # The whole command after its start-up, everything it does after the
-        # restore included (release, the adopter's sweep): deadline + 0.5 s.
-        assert took - startup <= timeout + 0.5, (took, startup, report)
-        assert report["seconds"] <= timeout + 0.5
+        # The restore returned by its deadline; the command exited after its
+        # sweep, which skipped the stopped daemon (never waited for it).
+        assert report["seconds"] < timeout + TIMER_SLACK, report
+        assert took < restore_command_bound(timeout), (took, report)
+        [skipped] = report["sweep"]
+        assert (skipped["socket"], skipped["action"]) == (str(ms_dirs.paths.socket), "retry")
+        assert "did not answer the restore in time" in skipped["detail"], skipped
 
         second = str(DaemonPaths.for_number(2).socket)
         for s in report["sessions"]:
