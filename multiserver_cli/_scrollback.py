@@ -99,9 +99,18 @@ def screen_saver(
     detach (``last``) it is."""
 
     def save(shown: bytes, last: bool) -> None:
-        from restore import SavedOutput, StoreError
+        # The store's modules are loaded at the first save. A `pip install
+        # -U multiserver` meanwhile replaces them file by file: a load in
+        # that window fails (ImportError), and must not end the attachment
+        # (the next save loads them again).
+        try:
+            from restore import SavedOutput, StoreError
 
-        store = store_of()
+            store = store_of()
+        except ImportError as exc:
+            if last:
+                warn(f"could not save what the session showed: {exc}")
+            return
         if store is None:
             return
         try:

@@ -24,7 +24,7 @@ import trio
 from multiserver import open_client
 from multiserver._buffer import OutputBuffer
 from multiserver_cli import _saver
-from multiserver_cli._scrollback import ScreenSaver
+from multiserver_cli._scrollback import ScreenSaver, screen_saver
 from multiserver_cli.attach._proxy import Screen
 from restore import ArrangementStore, RestorationRef, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
@@ -434,3 +434,30 @@ def test_the_screen_is_saved_only_when_due_and_only_if_output_flowed() -> None:
     screen.record(b"!")
     slow.tick()
     assert len(saved) == 2 and 59 < slow.wait() <= 60
+
+
+def test_a_screen_save_while_the_code_is_being_replaced_does_not_end_the_attach(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pip install -U`` replaces the store's modules file by file; an
+    attached client that loads them then (its first save) gets an
+    ImportError. While attached that save is skipped, and the next one
+    loads them; at detach it is said in one line."""
+    calls: list[str] = []
+
+    def store_mid_upgrade() -> ArrangementStore | None:
+        calls.append("open")
+        if len(calls) == 1:
+            raise ImportError("cannot import name 'ArrangementStore' (a half-installed file)")
+        return ArrangementStore.open(tmp_path / "state.db")
+
+    save = screen_saver(store_mid_upgrade, Path("/run/x.socket"), "ab" * 16, 3)
+    save(b"first\r\n", False)  # skipped, silently
+    save(b"second\r\n", False)  # the modules load this time
+    assert calls == ["open", "open"]
+    assert capsys.readouterr().err == ""
+    calls.clear()
+    save(b"last\r\n", True)  # at detach: one line
+    err = capsys.readouterr().err
+    assert "could not save what the session showed: cannot import" in err
+    assert err.count("\n") == 1

@@ -170,7 +170,11 @@ async def test_200_sessions_cross_21_upgrades_with_every_pid_code_and_line(
     installed.venv.install(builds.b)
     await upgrade(installed, a, b)
     await assert_upgraded(installed, daemon, b)
-    assert kept(await installed.sessions()) == kept(before)
+    after = kept(await installed.sessions())
+    assert after == kept(before), (
+        [(n, row) for n, row in after.items() if row != kept(before)[n]],
+        installed.log_tail(),
+    )
     # The last-resort cleanup of ms_dirs finds it still (no --socket in its argv now).
     assert daemon_pids_for(installed.paths.socket) == [daemon["pid"]]
     await check_windows(windows, "typed-after-1")
