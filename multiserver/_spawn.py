@@ -96,18 +96,20 @@ def connect_blocking(path: Path, deadline: float | None = None) -> socket.socket
     return sock
 
 
+def installed_daemon(*args: str) -> list[str]:
+    """The installed daemon code, run by this interpreter with ``-P``, so
+    that ``-m`` puts no directory of the caller's first on ``sys.path`` (a
+    ``multiserver/`` folder where a person typed a command would be the
+    daemon's code otherwise). A daemon's start, and its upgrade's check and
+    exec (``_upgrade.py``), run it so."""
+    return [sys.executable, "-P", "-m", "multiserver", *args]
+
+
 def daemon_argv(
     paths: DaemonPaths, ready_fd: int, lock_fd: int, config: DaemonConfig | None
 ) -> list[str]:
-    """The daemon's command line: this interpreter with ``-P``, so that
-    ``-m`` puts no directory of the caller's first on ``sys.path`` (a
-    ``multiserver/`` folder where a person typed a command would be the
-    daemon's code otherwise)."""
-    return [
-        sys.executable,
-        "-P",
-        "-m",
-        "multiserver",
+    """The daemon's command line (``installed_daemon``)."""
+    return installed_daemon(
         "--socket",
         str(paths.socket),
         "--ready-fd",
@@ -117,7 +119,7 @@ def daemon_argv(
         "--state-dir",
         str(paths.state_dir),
         *_config_args(config),
-    ]
+    )
 
 
 def _config_args(config: DaemonConfig | None) -> list[str]:

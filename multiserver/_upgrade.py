@@ -35,6 +35,7 @@ import sys
 import time
 from typing import Protocol
 
+import attrs
 import trio
 
 from multiserver import _platform, _snapshot
@@ -47,6 +48,7 @@ from multiserver._origin import DaemonOrigin
 from multiserver._paths import DaemonPaths
 from multiserver._proto import SERVER_NAME
 from multiserver._snapshot import BlobWriter, Snapshot
+from multiserver._spawn import installed_daemon
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -101,12 +103,6 @@ QUIET_WAIT = 2.0
 CHECK_TIMEOUT = 30.0
 
 
-def new_code_argv(*args: str) -> list[str]:
-    """The installed code, run by this interpreter: ``-P`` so no directory
-    of anyone's is first on ``sys.path`` (as the daemon is started)."""
-    return [sys.executable, "-P", "-m", "multiserver", *args]
-
-
 def take_snapshot(
     daemon: Daemon, files: DaemonFiles, conns: list[ClientConnection]
 ) -> tuple[Snapshot, list[bytes]]:
@@ -129,7 +125,7 @@ def take_snapshot(
         listener=files.listener.fileno(),
         lock=files.lock_fd,
         socket_stat=[int(x) for x in tuple(files.socket_stat)[:10]],
-        config=_config_fields(daemon),
+        config=attrs.asdict(daemon.config),
         next_child_id=next_id,
         children=children,
         peers=peers,
@@ -137,12 +133,6 @@ def take_snapshot(
         upgraded_at=time.time(),
     )
     return snapshot, _snapshot.encode(snapshot, blobs)
-
-
-def _config_fields(daemon: Daemon) -> dict[str, object]:
-    import attrs
-
-    return attrs.asdict(daemon.config)
 
 
 def write_file(parts: list[bytes], directory: str) -> int:
@@ -167,7 +157,7 @@ async def check_new_code(fd: int) -> tuple[str | None, str]:
     try:
         with trio.move_on_after(CHECK_TIMEOUT) as scope:
             done = await trio.run_process(
-                new_code_argv("--check-snapshot"),
+                installed_daemon("--check-snapshot"),
                 stdin=fd,
                 capture_stdout=True,
                 capture_stderr=True,
@@ -253,7 +243,7 @@ def _exec(snapshot: Snapshot, parts: list[bytes], directory: str) -> OSError:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         for handler in logging.getLogger().handlers:
             handler.flush()
-        argv = new_code_argv("--resume", str(fd), "--socket", snapshot.socket)
+        argv = installed_daemon("--resume", str(fd), "--socket", snapshot.socket)
         os.execv(sys.executable, argv)
     except OSError as exc:
         for n in fds:
