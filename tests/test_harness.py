@@ -39,7 +39,7 @@ from multiserver.testing import (
     Rule,
     SimDaemon,
 )
-from tests.timing import by_deadline, within
+from tests.timing import by_deadline, connections_settle, within
 
 
 def open_fds() -> set[int]:
@@ -87,7 +87,7 @@ async def test_welcome_lists_children_without_fds(
         assert welcome[1].exit_code == 3
         assert sim.connections == 1
         assert isinstance(sim.received[0], Hello)
-    await sim.wait_connections(0)
+    await connections_settle(sim, 0)
 
 
 async def test_socket_is_private(sim: SimDaemon, autojump_clock: trio.testing.MockClock) -> None:
@@ -162,7 +162,7 @@ async def test_claim_and_release_errors_mirror_the_daemon(
         assert sim.child(1).holder == 2
         with trio.fail_after(1):
             assert await first.notices.receive() == ChildTaken(id=1)
-    await sim.wait_connections(0)
+    await connections_settle(sim, 0)
     assert not sim.child(1).held  # the connection closed: released
 
 
@@ -355,7 +355,7 @@ async def test_hang_holds_the_client_until_its_deadline(
         assert trio.current_time() - start == pytest.approx(5.0)
         assert sim.connections == 1  # wedged, not closed
         assert not sim.child(1).held
-    await sim.wait_connections(0)  # the client closed: the sim notices
+    await connections_settle(sim, 0)  # the client closed: the sim notices
 
 
 async def test_a_wedged_daemon_does_not_hold_up_a_healthy_one(
@@ -391,7 +391,7 @@ async def test_crash_mid_frame_gives_connection_closed(
     async with open_client(sim.socket_path) as client:
         with pytest.raises(ConnectionClosed, match="middle of a frame"):
             await client.claim([1, 2])
-    await sim.wait_connections(0)
+    await connections_settle(sim, 0)
     assert not sim.child(1).held and not sim.child(2).held
     assert open_fds() == before  # the fd sent with the half frame was closed
 
@@ -412,7 +412,7 @@ async def test_refuse_gives_version_refused(
     with pytest.raises(VersionRefused, match="refused by the simulated daemon"):
         async with open_client(sim.socket_path):
             pass
-    await sim.wait_connections(0)
+    await connections_settle(sim, 0)
 
 
 async def test_garbage_gives_peer_protocol_error(

@@ -11,6 +11,9 @@ where time is exact:
   to, until pytest-timeout kills the run (a ``TrioInternalError``). Under
   the outer bound it is a failure that names the deadline, ``OUTER_SLACK``
   virtual seconds after it.
+- ``connections_settle``: a simulated daemon's connections down (or up) to
+  a count, within ``CLOSE_BOUND``. A connection the code leaked fails the
+  test, naming the daemon, instead of waiting for pytest-timeout.
 - ``still_while_threads_run``: a worker thread (the store's SQLite writes)
   takes no virtual time. Otherwise the autojump clock jumps to the next
   deadline whenever every task waits on a thread, and that deadline may be
@@ -41,6 +44,7 @@ import trio
 import trio.testing
 
 from adopter import SWEEP_BOUND
+from multiserver.testing import SimDaemon
 
 T = TypeVar("T")
 
@@ -77,6 +81,21 @@ async def by_deadline(what: str, seconds: float, work: Awaitable[T]) -> T:
     with within(what, seconds):
         return await work
     raise AssertionError("within() fails the test when it cuts the work off")
+
+
+# How long a simulated daemon may take to see a connection the code closed
+# (or opened). It sees one at once, or when a delay it was given ends (the
+# tests' longest is 20 s): the bound tells "in time" from "never".
+CLOSE_BOUND = 60.0
+
+
+async def connections_settle(sim: SimDaemon, count: int) -> None:
+    """Wait until ``sim`` has exactly ``count`` connections open, failing
+    the test if that takes more than ``CLOSE_BOUND``.
+
+    Cancellation: nothing happened."""
+    what = f"{sim.socket_path.name} with {count} connection(s) open ({sim.connections} when the wait began)"
+    await by_deadline(what, CLOSE_BOUND, sim.wait_connections(count))
 
 
 def still_while_threads_run(clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch) -> None:

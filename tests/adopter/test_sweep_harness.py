@@ -51,7 +51,7 @@ from restore import (
 from restore._partial import DaemonAttachment
 from restore._restore import RestoreResult, release_claims, restore_arrangement
 from tests.conftest import MsDirs
-from tests.timing import HARNESS_TIMEOUT, by_deadline, within
+from tests.timing import HARNESS_TIMEOUT, by_deadline, connections_settle, within
 
 TIMEOUT = HARNESS_TIMEOUT  # restore's deadline in the late-arrival tests: no default's
 ATTACH_BY = ATTACH_SHARE * TIMEOUT  # when its phase stops waiting for daemons
@@ -249,7 +249,7 @@ async def test_late_arrivals_end_up_in_the_orphans_window_exactly_once(
                 assert x.name == f"{k.name}-late"
                 assert x.argv == k.argv and x.notice == late_notice(k.name).encode()
             # Handed back to the daemon once recorded.
-            await slow.wait_connections(0)
+            await connections_settle(slow, 0)
             assert not any(k.held for k in kids)
 
             # The next sweeps: every child is somebody's session now.
@@ -428,7 +428,7 @@ async def test_two_concurrent_sweeps_adopt_each_orphan_once(
                 assert [x for x in final.leaves() if x.name.startswith("mine")] == fl.mine
                 assert all(c.held and c.holder is not None for c in fl.held)
                 for sim in fl.sims:
-                    await sim.wait_connections(1)  # only the holder's
+                    await connections_settle(sim, 1)  # only the holder's
                     for c in sim.children:
                         assert c.held == (c.name == "busy")
         if sinks != "one-memory":
@@ -547,7 +547,7 @@ async def test_one_wedged_daemon_among_ten_costs_exactly_the_bound(
                 assert sorted(orphan_refs(sink.arrangement())) == sorted(expected)
                 # Nothing stays held by the sweep, wedged or not.
                 for sim in sims:
-                    await sim.wait_connections(0)
+                    await connections_settle(sim, 0)
                     assert not any(c.held for c in sim.children)
 
 
@@ -637,7 +637,7 @@ async def test_adopt_false_changes_nothing(
             assert not stale.exists()
             # The output the child wrote while nobody held it is still there
             # for the first attach (claimed with keep_output).
-            await sim.wait_connections(0)
+            await connections_settle(sim, 0)
             assert running.buffered == b"kept in the daemon\r\n" and not running.held
         [adopted] = orphan_leaves(store.load())
         assert adopted.name == "ed" and adopted.notice == ORPHAN_NOTICE.encode()
@@ -768,7 +768,7 @@ async def test_a_failing_store_costs_only_that_child(
         ]
         assert "not recorded: database is locked" in report.rows[0].detail
         # Given back, and adopted by the next sweep once the store works.
-        await a.wait_connections(0)
+        await connections_settle(a, 0)
         assert not first.held
         sink.fail_on.clear()
         assert actions((await sweep(sink)).rows) == {"adopted": 1, "none": 1}
@@ -843,6 +843,6 @@ async def test_a_broken_daemon_is_reported_and_the_others_are_swept(
                 (str(bad.socket_path), "unresponsive", "retry"),
             ]
             assert report.rows[1].detail
-            await bad.wait_connections(0)
+            await connections_settle(bad, 0)
             assert not odd.held
         assert orphan_refs(sink.current) == [ref_of(healthy, healthy.children[0])]

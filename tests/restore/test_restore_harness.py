@@ -30,7 +30,7 @@ from restore._partial import DaemonAttachment
 from restore._plan import ATTACH_SHARE, RELAUNCH_MARKER, Options, relaunch_notice
 from restore._restore import RestoreResult, release_claims, restore_arrangement
 from tests.conftest import MsDirs
-from tests.timing import HARNESS_TIMEOUT, by_deadline
+from tests.timing import HARNESS_TIMEOUT, by_deadline, connections_settle, within
 
 TIMEOUT = HARNESS_TIMEOUT  # the restore's one deadline, from its start
 ATTACH_BY = ATTACH_SHARE * TIMEOUT  # when its phase stops waiting for daemons
@@ -676,7 +676,7 @@ async def test_cancelling_mid_phase_leaves_no_fd_open(
                     assert len(late) == 1 and late[0].target.socket == str(slow.socket_path)
                     nursery.cancel_scope.cancel()  # abandon the wedged one
             for sim in (*quick, slow):
-                await sim.wait_connections(0)
+                await connections_settle(sim, 0)
                 assert not any(c.held for c in sim.children)
 
 
@@ -695,34 +695,37 @@ async def test_cancelling_mid_build_leaves_no_fd_open(
         built: list[RestoredSession] = []
         with ArrangementStore.open(ms_dirs.root / "arrangement.sqlite3") as store:
             store.save(arranged(leaves))
-            async with serving(relauncher, a):
-                with trio.CancelScope() as scope:
-                    async with trio.open_nursery() as nursery:
+            # Launches at 5 s and 10 s, the cancel at 6 s: a simulator wait that
+            # never ends fails here, naming it, instead of hanging.
+            with within("the cancelled restore and its closing", 20):
+                async with serving(relauncher, a):
+                    with trio.CancelScope() as scope:
+                        async with trio.open_nursery() as nursery:
 
-                        async def cancel_during_the_second() -> None:
-                            # The first launch is answered at 5 s, the
-                            # second at 10 s: cancel 1 s after the first.
-                            await relauncher.wait_children(1)
-                            await trio.sleep(1)
-                            scope.cancel()
+                            async def cancel_during_the_second() -> None:
+                                # The first launch is answered at 5 s, the
+                                # second at 10 s: cancel 1 s after the first.
+                                await relauncher.wait_children(1)
+                                await trio.sleep(1)
+                                scope.cancel()
 
-                        nursery.start_soon(cancel_during_the_second)
-                        await restore(
-                            store.load(),
-                            nursery=nursery,
-                            timeout=1000,  # far off: the cancel ends it
-                            store=store,
-                            progress=built.append,
-                        )
-                assert scope.cancelled_caught
-                # The attached sessions were built (their fds handed over)
-                # before the cancel: never returned, so closed. The
-                # relaunches are told of once their batch is recorded.
-                assert [s.outcome for s in built] == ["attached"] * 3
-                await a.wait_connections(0)
-                assert not any(c.held for c in a.children)
-                await relauncher.wait_connections(0)
-                saved = {leaf.name: leaf for leaf in store.load().leaves()}
+                            nursery.start_soon(cancel_during_the_second)
+                            await restore(
+                                store.load(),
+                                nursery=nursery,
+                                timeout=1000,  # far off: the cancel ends it
+                                store=store,
+                                progress=built.append,
+                            )
+                    assert scope.cancelled_caught
+                    # The attached sessions were built (their fds handed over)
+                    # before the cancel: never returned, so closed. The
+                    # relaunches are told of once their batch is recorded.
+                    assert [s.outcome for s in built] == ["attached"] * 3
+                    await connections_settle(a, 0)
+                    assert not any(c.held for c in a.children)
+                    await connections_settle(relauncher, 0)
+                    saved = {leaf.name: leaf for leaf in store.load().leaves()}
         # Both were asked at once, in order: new0 was answered before the
         # cancel, new1 was not (the daemon may start it still: its intent
         # says where to look).
@@ -1031,7 +1034,7 @@ async def test_launches_cut_off_by_the_deadline_are_settled_by_the_next_restore(
                     await trio.sleep(0.1)
             late = {c.name: c for c in relauncher.children}["new2"]
             await release_claims(result)
-            await relauncher.wait_connections(0)
+            await connections_settle(relauncher, 0)
             assert late.running and not late.held
             saved = {leaf.name: leaf for leaf in store.load().leaves()}
             intent = saved["new2"].pending_launch
