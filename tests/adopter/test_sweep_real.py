@@ -39,14 +39,12 @@ from tests.conftest import (
     stop_daemon_sync,
     wait_until,
 )
-from tests.timing import TIMER_SLACK, restore_command_bound
+from tests.timing import STOPPED_DAEMON_TIMEOUT, TIMER_SLACK, restore_command_bound
 
 CLI = "import sys; from multiserver_cli.main import main; sys.exit(main())"
-# Bound on one command of the CLI (restore waits 1 s, then sweeps for up to 2 s).
-CLI_TIMEOUT = 30.0
-# restore's deadline: its phase's 80 % leave the relaunches 0.9 s, where two
-# took up to 0.57 s on a busy machine.
-TIMEOUT = 4.5
+TIMEOUT = STOPPED_DAEMON_TIMEOUT  # restore's, waiting out the stopped daemon
+# Bound on one command of the CLI: the restore's, with room to spare.
+CLI_TIMEOUT = restore_command_bound(TIMEOUT) + 10
 NOBODY = 65534
 
 

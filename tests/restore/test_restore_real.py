@@ -29,7 +29,7 @@ from tests.conftest import (
     stop_daemon_sync,
     wait_until,
 )
-from tests.timing import TIMER_SLACK, restore_command_bound
+from tests.timing import STOPPED_DAEMON_TIMEOUT, TIMER_SLACK, restore_command_bound
 
 MULTISERVER = str(Path(sys.executable).with_name("multiserver"))
 # A bound on one command's run, not a delay.
@@ -237,9 +237,7 @@ async def test_after_stop_force_every_session_is_relaunched_in_its_saved_cwd(
 
 
 async def test_a_stopped_daemon_times_out_and_restore_returns_in_time(ms_dirs: MsDirs) -> None:
-    # The relaunches get what the phase leaves of it, 20 %: 0.9 s, where
-    # three took up to 0.57 s on a busy machine (1 s left them 0.2 s).
-    timeout = 4.5
+    timeout = STOPPED_DAEMON_TIMEOUT
     wedged_pid: int | None = None
     try:
         await new_sessions(ms_dirs.root)
