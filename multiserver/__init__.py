@@ -32,6 +32,7 @@ EXPORTS = {
     "multiserver._config": ("DaemonConfig", "config_from_env"),
     "multiserver._daemon_main": ("run_foreground",),
     "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
+    "multiserver._ecma48": ("unfinished_at",),
     "multiserver._envconfig": ("MAX_BUFFER_LIMIT",),
     "multiserver._errors": (
         "ChildFailed",
@@ -82,6 +83,7 @@ EXPORTS = {
         "describe_exit",
         "exit_status",
     ),
+    "multiserver._replay": ("ReplayEnd", "for_terminal", "strip_for_terminal"),
     "multiserver._results": ("ClaimResult", "LaunchResult", "PeekResult"),
     "multiserver._spawn": ("TimedOut", "spawn_detached"),
     "multiserver._stale": ("SocketFound", "remove_stale_socket", "unlink_if_same"),

@@ -18,6 +18,9 @@ from multiserver._config import (
 from multiserver._daemon_main import (
     run_foreground as run_foreground,
 )
+from multiserver._ecma48 import (
+    unfinished_at as unfinished_at,
+)
 from multiserver._env import (
     DEFAULT_STRIP_ENV as DEFAULT_STRIP_ENV,
     launch_env as launch_env,
@@ -106,6 +109,11 @@ from multiserver._record import (
     Twin as Twin,
     mutable_record as mutable_record,
     record as record,
+)
+from multiserver._replay import (
+    ReplayEnd as ReplayEnd,
+    for_terminal as for_terminal,
+    strip_for_terminal as strip_for_terminal,
 )
 from multiserver._results import (
     ClaimResult as ClaimResult,

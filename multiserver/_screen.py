@@ -21,31 +21,42 @@ What the reset does, in order, and why that order:
 3. On the main screen, inside ``ESC 7 ... ESC 8`` (DECSTBM and DECOM home
    the cursor; the status line belongs where the cursor was): the kitty
    keyboard stack popped, the scroll region made the whole screen.
-4. Then the modes every terminal parses and a person trips over: cursor
-   shown, cursor keys and keypad normal, mouse and focus reporting off,
-   bracketed paste off, reverse video off, colours back to the terminal's
-   own (OSC 110/111/112), G0 ASCII and in use, plain attributes.
+4. Then every mode of the one table (``_draws.MODES``) back to its safe
+   value: those a replay may set (cursor shown, cursor keys and keypad
+   normal, mouse and focus reporting off, bracketed paste and synchronized
+   output off, replace not insert, autowrap on...) and those a live program
+   may set that would trap the person (the keyboard unlocked, local echo
+   off, keys repeating, reverse video off...); then plain attributes, G0
+   ASCII and in use, and the terminal's own colours (OSC 110/111/112).
 
 What a terminal may misread, or what was not ours to drop (kitty flags,
-modifyOtherKeys, origin mode: all rarely set, and each with a cost) is
-undone only if something shown set it, or if what was shown is unknown.
+modifyOtherKeys, the cursor's shape, origin mode: all rarely set, and each
+with a cost) is undone only if something shown set it, or if what was
+shown is unknown.
 """
 
 from __future__ import annotations
 
 import re
 
+from multiserver._draws import KEYPAD_RESET, MODES
+
 # What ScreenModes follows: DEC private modes set and reset (the alternate
 # screen, origin mode), RIS, the kitty keyboard stack (push ">", set "=",
-# pop "<") and xterm's modifyOtherKeys ("CSI > 4 ; N m").
+# pop "<"), xterm's modifyOtherKeys ("CSI > 4 ; N m") and the cursor's
+# shape ("CSI N SP q"). A CSI is read in its three encodings: ESC [, and the
+# C1 control as a character (C2 9B) or as a raw byte (9B, where no UTF-8
+# character's lead byte comes before it): kitty acts on each.
+_CSI = rb"(?:\x1b\[|\xc2\x9b|(?<![\xc0-\xff])\x9b)"
 _TRACKED = re.compile(
-    rb"\x1b(?:\[(?:"
+    rb"(?:" + _CSI + rb"(?:"
     rb"\?(?P<modes>[0-9;]*)(?P<set>[hl])"
     rb"|(?P<kitty>[<=>])(?P<kitty_args>[0-9;]*)u"
     rb"|>(?P<modkeys>[0-9;]*)m"
-    rb")|(?P<ris>c))"
+    rb"|(?P<shape>[0-9]*) q"
+    rb")|(?P<ris>\x1bc))"
 )
-_TRACKED_OPEN = re.compile(rb"\x1b(?:\[(?:[?<=>][0-9;]*)?)?")
+_TRACKED_OPEN = re.compile(rb"(?:\x1b|\xc2|" + _CSI + rb"(?:[?<=>]?[0-9;]*)?)\Z")
 _ALTERNATE_MODES = {b"47": 47, b"1047": 1047, b"1049": 1049}
 _ORIGIN_MODE = b"6"
 
@@ -56,27 +67,19 @@ ST = b"\x1b\\"
 # any of them.
 _KITTY_POP_ALL = b"\x1b[<99u"
 _MODIFY_OTHER_KEYS_RESET = b"\x1b[>4m"  # back to the terminal's initial value
+_CURSOR_SHAPE_RESET = b"\x1b[0 q"  # the terminal's own shape
 _ORIGIN_RESET = b"\x1b[?6l"
 _TO_BOTTOM = b"\x1b[9999;1H"  # the bottom line, first column
-# Modes that every terminal parses, reset whatever was shown.
+# Written whatever was shown: every mode of the table (``_draws.MODES``) but
+# those followed here, back to its safe value; the keypad; G0 ASCII and in
+# use (line drawing off); plain attributes; the terminal's own colours
+# (foreground, background, cursor: OSC 110/111/112).
 _RESET_MODES = b"".join(
     [
-        b"\x1b[0m",  # attributes
-        b"\x1b(B\x0f",  # G0 is ASCII, and in use (line drawing off)
-        b"\x1b[4l",  # replace mode, not insert
-        b"\x1b[?25h",  # cursor shown
-        b"\x1b[?7h",  # autowrap
-        b"\x1b[?1l",  # normal cursor keys
-        b"\x1b>",  # normal keypad
-        # mouse reporting off: X10, normal, highlight, button, any, and the
-        # UTF-8, SGR, urxvt and SGR-pixel encodings
-        b"\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l",
-        b"\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?1016l",
-        b"\x1b[?1004l",  # focus reporting off
-        b"\x1b[?2004l",  # bracketed paste off
-        b"\x1b[?2026l",  # synchronized output ended
-        b"\x1b[?5l",  # reverse video off
-        # foreground, background and cursor colours: the terminal's own
+        b"\x1b[0m",
+        b"\x1b(B\x0f",
+        *(mode.sequence(mode.safe) for mode in MODES if not mode.tracked),
+        KEYPAD_RESET,
         b"\x1b]110\x1b\\\x1b]111\x1b\\\x1b]112\x1b\\",
     ]
 )
@@ -111,8 +114,8 @@ class ScreenModes:
       also restores the saved cursor, and does so on the main screen too
       (xterm, tmux), which would put the status line wherever a cursor was
       last saved.
-    - Kitty keyboard flags, xterm's modifyOtherKeys and origin mode are
-      undone only if something shown set them: a terminal that does not
+    - Kitty keyboard flags, xterm's modifyOtherKeys, the cursor's shape
+      and origin mode are undone only if something shown set them: a terminal that does not
       know the first two may misread them (pyte takes "CSI > 4 m" for
       underline and prints "CSI < 99 u"), flags the terminal had before
       attaching are not ours to drop, and resetting origin mode homes the
@@ -127,6 +130,7 @@ class ScreenModes:
         self._kitty_main = _KittyStack()
         self._kitty_alternate = _KittyStack()
         self._modify_other_keys = False
+        self._cursor_shape = False
         self._origin = False
         self._unknown = False
         self._carry = b""
@@ -142,6 +146,7 @@ class ScreenModes:
         modes._kitty_main = _KittyStack(dirty=True)
         modes._kitty_alternate = _KittyStack(dirty=True)
         modes._modify_other_keys = True
+        modes._cursor_shape = True
         # Origin mode is left as it is: ``?6l`` homes the cursor, and on
         # tmux's main screen nothing puts it back (xterm's ``?1049l`` does,
         # and restores origin mode with it). Once the scroll region is the
@@ -157,7 +162,7 @@ class ScreenModes:
         """Take note of ``data``, the next bytes shown (in any pieces)."""
         if self._carry:
             data, self._carry = self._carry + data, b""
-        elif b"\x1b" not in data:  # most output, at memchr speed
+        elif b"\x1b" not in data and b"\x9b" not in data:  # most output, at memchr speed
             return
         for m in _TRACKED.finditer(data):
             if m["modes"] is not None:
@@ -170,15 +175,17 @@ class ScreenModes:
             elif m["kitty"] is not None:
                 stack = self._kitty_alternate if self._alternate else self._kitty_main
                 stack.apply(m["kitty"], m["kitty_args"])
+            elif m["shape"] is not None:
+                self._cursor_shape = int(m["shape"] or b"0") != 0
             elif m["modkeys"] is not None:
                 resource, _, value = m["modkeys"].partition(b";")
                 if resource == b"4":
                     self._modify_other_keys = bool(int(value or b"0"))
             else:  # RIS: the terminal as it started
                 self.__init__()  # type: ignore[misc]
-        last = data.rfind(b"\x1b", max(0, len(data) - 32))
-        if last >= 0 and _TRACKED_OPEN.fullmatch(data, last):
-            self._carry = data[last:]
+        cut = _TRACKED_OPEN.search(data, max(0, len(data) - 32))
+        if cut is not None:
+            self._carry = data[cut.start() :]
 
     def reset(self) -> bytes:
         """What to write where the program's screen ends (see the module's
@@ -203,6 +210,8 @@ class ScreenModes:
             out += _ORIGIN_RESET + _TO_BOTTOM
         if self._modify_other_keys:
             out += _MODIFY_OTHER_KEYS_RESET
+        if self._cursor_shape:
+            out += _CURSOR_SHAPE_RESET
         out += _RESET_MODES
         return bytes(out)
 

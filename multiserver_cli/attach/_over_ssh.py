@@ -57,7 +57,7 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
     with open_saved() as saved:
         notice = take_notice(saved, f"{host_name}:{name}")
     if notice:
-        from multiserver_cli._replay import strip_for_terminal
+        from multiserver import strip_for_terminal
 
         os.write(sys.stdout.fileno(), strip_for_terminal(notice))
     words = ["attach", *detach_words(args)]

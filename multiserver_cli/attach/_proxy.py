@@ -30,7 +30,7 @@ import time
 import tty
 from collections.abc import Callable, Iterator
 
-from multiserver import OutputBuffer, ScreenModes
+from multiserver import OutputBuffer, ReplayEnd, ScreenModes
 from multiserver_cli.attach._keys import DetachMatcher
 from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, guard_replay
 from multiserver_cli.attach._tty import is_terminal, real_tty
@@ -123,6 +123,7 @@ class Screen:
         self.modes = ScreenModes()
         self.recorded = 0
         self._lock = threading.Lock()
+        self._replay_end: ReplayEnd | None = None  # see ``live``
 
     def record(self, data: bytes) -> None:
         with self._lock:
@@ -137,15 +138,30 @@ class Screen:
             return self.shown.peek()[0], self.recorded
 
     def replay(self, replay: bytes, *, answers_to: int | None) -> AnswerFilter | None:
-        """Write ``replay`` without the queries in it. If ``answers_to`` (the
-        fd the terminal's input is read from) is given, also ask the
-        sentinel, and return the filter for that input (None when nothing
-        was asked: an empty replay, or output to another device)."""
+        """Write what of ``replay`` draws (a sequence its end cuts: see
+        ``live``). If ``answers_to`` (the fd the terminal's input is read
+        from) is given, also ask the sentinel, and return the filter for
+        that input (None when nothing was asked: an empty replay, or output
+        to another device)."""
         body, tail = guard_replay(replay)
         ask = answers_to is not None and bool(body) and _same_terminal(answers_to, self.fd)
-        write_all(self.fd, body + (SENTINEL if ask else b"") + tail)
-        self.record(body + tail)
+        write_all(self.fd, body + (SENTINEL if ask else b""))
+        self.record(body)
+        self._replay_end = ReplayEnd(tail) if tail else None
         return AnswerFilter(deadline=time.monotonic() + ANSWER_WAIT) if ask else None
+
+    def live(self, data: bytes) -> bytes:
+        """What of the program's live output ``data`` to write, recorded:
+        as it came, once it has finished the replay's cut end (written as
+        a replay's is)."""
+        end = self._replay_end
+        if end is not None:
+            data = end.feed(data)
+            if not end.pending:
+                self._replay_end = None
+        if data:
+            self.record(data)
+        return data
 
     def drain_rest(self, master: int) -> None:
         """Show what the program wrote before it exited that was not shown."""
@@ -157,8 +173,7 @@ class Screen:
                 return
             if not data:
                 return
-            write_all(self.fd, data)
-            self.record(data)
+            write_all(self.fd, self.live(data))
 
     def reset(self) -> None:
         """Give the terminal back as it was before attaching (modes, not
@@ -326,8 +341,8 @@ class _Copy:
     def _read_program(self) -> bool:
         """Read the PTY; True at its end."""
         data, ended = _read_batch(self.master)
+        data = self.screen.live(data) if data else data
         if data:
-            self.screen.record(data)
             behind = bool(self._to_terminal)
             self._to_terminal += data
             if not behind:

@@ -7,9 +7,10 @@ No I/O here (``_proxy`` writes and reads). Three jobs:
   replayed to a terminal the program never asked: a query in it would make
   the terminal answer now, and the answer would reach the program as typed
   input; a clipboard write or a notification in it would act again.
-  ``guard_replay`` writes it as ``_replay.for_terminal`` says (the one
-  ECMA-48 parser, ``_ecma48``, shared with ``peek`` and the relay).
-- **Answers during the replay go nowhere.** Whatever the stripper missed is
+  ``guard_replay`` writes only what ``multiserver.for_terminal`` keeps:
+  what the one table of what draws names (shared with ``peek``).
+- **Answers during the replay go nowhere.** A replay asks nothing; but a
+  live program's own question, written before the attach, may be
   answered while the replay is shown. After the replay ``_proxy`` asks the
   terminal a question of its own, ``SENTINEL``: the cursor's position and
   DA1, which every terminal answers, in order. Once that pair of answers is
@@ -25,20 +26,13 @@ from __future__ import annotations
 
 import re
 
-from multiserver_cli._ecma48 import parse
-from multiserver_cli._replay import for_terminal
+from multiserver import for_terminal, unfinished_at
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Literal
 
 ESC = 0x1B
-
-
-def unfinished_at(data: bytes, start: int = 0) -> int:
-    """Where an escape sequence that ``data`` does not finish begins
-    (``len(data)`` if none): the bytes a filter holds until more come."""
-    return start + parse(data[start:])[1]
 
 
 def guard_replay(replay: bytes) -> tuple[bytes, bytes]:

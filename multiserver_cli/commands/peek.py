@@ -5,9 +5,10 @@ output and the marker first (until an attach takes them); one whose
 program ended unseen, its daemon gone, shows its saved output.
 
 To a pipe or a file the output is byte-exact. To a terminal it is written
-as a replay is (``_replay.for_terminal``: nothing the terminal would answer
-into the shell, no clipboard or notification, the title once), then the
-terminal reset where the program's screen ends (``screen_reset``)."""
+as a replay is (``multiserver.for_terminal``: only what the one table of
+what draws names, the title once; nothing the terminal would answer into
+the shell), then the terminal reset where the program's screen ends
+(``screen_reset``)."""
 
 from __future__ import annotations
 
@@ -79,8 +80,7 @@ def _show(output: bytes) -> None:
     """``output`` on stdout: byte-exact, unless stdout is a terminal."""
     out = sys.stdout.buffer
     if out.isatty():
-        from multiserver import screen_reset
-        from multiserver_cli._replay import strip_for_terminal
+        from multiserver import screen_reset, strip_for_terminal
 
         shown = strip_for_terminal(output)
         output = shown + screen_reset(shown) if shown else b""

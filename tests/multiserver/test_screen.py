@@ -110,6 +110,8 @@ MODES_SET = b"".join(
         b"\x1b[?5h",  # reverse video
         b"\x1b[?6h",  # origin mode
         b"\x1b[4h",  # insert mode
+        b"\x1b[2h\x1b[12h\x1b[20h",  # keyboard locked, local echo, Enter sends CR LF
+        b"\x1b[?8l",  # keys do not repeat
         b"\x1b[2;5r",  # scroll region
         b"\x1b(0\x0e",  # line drawing
         b"\x1b[1;7;31m",  # bold, reverse, red
@@ -122,6 +124,7 @@ MODES_SET = b"".join(
 def test_pyte_is_left_with_no_mode_a_program_set(known: bool) -> None:
     screen = pyte.Screen(40, 8)
     stream = pyte.ByteStream(screen)
+    stream.feed(b"\x1b[?8h")  # keys repeat: how xterm and kitty start (pyte does not)
     before = (screen.mode.copy(), screen.cursor.hidden)
     stream.feed(b"$ prog\r\n" + MODES_SET + b"drawn")
     stream.feed(screen_reset(MODES_SET if known else None) + b"\r\n[detached]")
@@ -181,3 +184,53 @@ def test_unknown_modes_leave_the_alternate_screen_from_a_saved_cursor() -> None:
     reset = ScreenModes.unknown().reset()
     assert reset.startswith(ST + b"\x1b7\x1b[<99u\x1b[?1049l")
     assert b"\x1b[?6l" not in reset  # it would home the cursor: see ScreenModes.unknown
+
+
+# --- the reset is derived from the one table of what draws (issue 34) --------------
+
+
+def test_every_mode_of_the_table_is_given_back_by_the_reset() -> None:
+    """Every mode a replay may set, and every mode that traps a person, is
+    put back to its safe value whatever was shown; the modes the reset
+    follows (the alternate screen, origin mode) once something set them."""
+    from multiserver._draws import MODES
+
+    plain = ScreenModes().reset()
+    for mode in MODES:
+        if mode.tracked:
+            modes = ScreenModes()
+            modes.feed(mode.sequence("h" if mode.safe == "l" else "l"))
+            assert mode.sequence(mode.safe) in modes.reset(), mode
+        else:
+            assert mode.sequence(mode.safe) in plain, mode
+    for trap in (b"\x1b[2l", b"\x1b[12l", b"\x1b[20l", b"\x1b[4l", b"\x1b[?8h", b"\x1b[?5l"):
+        assert trap in plain
+
+
+@pytest.mark.parametrize("csi", ["\x1b[", "\u009b"], ids=["7-bit", "c1-char"])
+def test_modes_set_in_c1_controls_are_followed_too(csi: str) -> None:
+    """kitty acts on a CSI written as a C1 control (the character, or the
+    raw byte): the alternate screen and kitty flags so set are undone."""
+    for data in (f"{csi}?1049h{csi}>1u".encode(), b"\x9b?1049h\x9b>1u"):
+        modes = ScreenModes()
+        modes.feed(data)
+        assert modes.alternate == 1049
+        assert modes.reset().startswith(ST + b"\x1b[<99u\x1b[?1049l")
+    # A UTF-8 character whose last byte is 9B is no CSI: U+00DB is C3 9B.
+    text = ScreenModes()
+    text.feed("Û?1049h".encode())
+    assert text.alternate == 0
+    split = ScreenModes()
+    split.feed(b"a\xc2")
+    split.feed(b"\x9b?1049h")
+    assert split.alternate == 1049
+
+
+def test_the_cursor_shape_is_given_back_if_something_shown_set_it() -> None:
+    modes = ScreenModes()
+    assert b"\x1b[0 q" not in modes.reset()
+    modes.feed(b"\x1b[5 q")
+    assert b"\x1b[0 q" in modes.reset()
+    modes.feed(b"\x1b[0 q")
+    assert b"\x1b[0 q" not in modes.reset()
+    assert b"\x1b[0 q" in ScreenModes.unknown().reset()

@@ -1,6 +1,6 @@
 """The pure pieces of what ``attach`` says to a terminal and lets through
 from it (``multiserver_cli.attach._terminal``): the replay guarded, answers
-dropped from input. (What a replay keeps: ``tests/cli/test_replay.py``; the
+dropped from input. (What a replay keeps: ``tests/multiserver/test_replay.py``; the
 reset: ``tests/multiserver/test_screen.py``.)
 
 Real programs' output (vim, top, less, run here on a PTY; skipped where not
@@ -26,7 +26,7 @@ from pathlib import Path
 import pyte
 import pytest
 
-from multiserver_cli._replay import for_terminal
+from multiserver import for_terminal
 from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, guard_replay
 
 
