@@ -32,6 +32,7 @@ from benchmarks import (
     reattach,
     rebooted,
     remote,
+    replaying,
     restoring,
     scrollback,
     simrestore,
@@ -72,6 +73,7 @@ MODULES: tuple[ModuleType, ...] = (
     drain,
     commands,
     scrollback,
+    replaying,
     remote,
     upgrade,
 )

@@ -74,6 +74,9 @@ C1_ST = 0x9C
 # A run of characters that draw: no C0, DEL, C1 (either encoding), nor a
 # byte that is no character.
 _TEXT_RUN = re.compile("[^\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
+# A CSI of nothing but its own characters: what the loop (``_csi``) makes
+# of it too, at regex speed (most sequences of most programs).
+_PLAIN_CSI = re.compile("\x1b\\[([0-?]*)([ -/]*)([@-~])")
 # What may end a string, or abandon it.
 _STRING_STOP = re.compile("[\x07\x18\x1a\x1b\x80-\x9f\udc80-\udc9f]")
 
@@ -203,6 +206,13 @@ def _open_or_cut(start: int, n: int, executed: list[str]) -> Token:
 
 def _escape(text: str, start: int) -> Token:
     """The sequence whose ESC is at ``start``."""
+    plain = _PLAIN_CSI.match(text, start)
+    if plain is not None and plain.end() - start <= MAX_SEQUENCE:
+        params = plain[1]
+        token = Token(CSI, start, plain.end())
+        token.params, token.inter, token.final = params, plain[2], plain[3]
+        token.malformed = any(ch in "<=>?" for ch in params[1:])
+        return token
     executed: list[str] = []
     inter: list[str] = []
     pos = start + 1

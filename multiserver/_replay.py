@@ -48,6 +48,18 @@ from multiserver._ecma48 import (
 )
 
 _MARKERS = ("<", "=", ">", "?")
+
+
+def _mode_runs() -> str:
+    """The single modes of the table a replay writes as they come (kept:
+    set or reset; a trap: put back), as regex alternatives."""
+    forms = [
+        f"{'[?]' if m.private else ''}{m.number}{'[hl]' if m.kept else m.safe}"
+        for m in MODE_BY_NUMBER.values()
+    ]
+    return "|".join(sorted(forms, key=len, reverse=True))
+
+
 _DRAWN_TEXT = re.compile("[^\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
 # A run of what the table keeps, taken whole at regex speed (most of most
 # programs' output): text and the C0 controls kept, and the commonest
@@ -60,6 +72,9 @@ _DRAWS_ONLY = re.compile(
       | \x1b\[ [0-9]{0,4} (?:;[0-9]{0,4})? [Hfr]
       | \x1b\[ [0-9]{0,4} [@A-GILMPSTXZ`abde]
       | \x1b\[ [012]? [JK]
+      | \x1b\[ (?:"""
+    + _mode_runs()
+    + r""")
       | \x1b [78DEM=>]
       | \x1b [()] [B0]
     )+""",
@@ -170,7 +185,7 @@ def for_terminal(data: bytes) -> tuple[bytes, bytes]:
             pos = token.end
             continue
         kept = _kept(token)
-        if token.kind == STRING and _title(token) is not None:
+        if token.kind == STRING and kept.endswith("\x1b\\"):  # a title
             titles.append((len(pieces), _controls(token.executed)))
         pieces.append(kept)
         pos = token.end
