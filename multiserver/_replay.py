@@ -60,7 +60,6 @@ def _mode_runs() -> str:
     return "|".join(sorted(forms, key=len, reverse=True))
 
 
-_DRAWN_TEXT = re.compile("[^\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
 # A run of what the table keeps, taken whole at regex speed (most of most
 # programs' output): text and the C0 controls kept, and the commonest
 # sequences in the form the table writes them (so a run is written as the
@@ -136,7 +135,9 @@ def _title(token: Token) -> str | None:
     number, semi, text = token.body.partition(";")
     if not semi or number not in TITLES:
         return None
-    shown = "".join(_DRAWN_TEXT.findall(text))[:TITLE_MAX]
+    # Printable alone, as every name a person is shown (``printable``): no
+    # control, nor a format character such as a bidi override.
+    shown = "".join(ch for ch in text if ch.isprintable())[:TITLE_MAX]
     return f"\x1b]{number};{shown}\x1b\\"
 
 

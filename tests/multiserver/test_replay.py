@@ -234,6 +234,8 @@ def test_the_title_is_set_once_to_the_latest_as_text_alone() -> None:
     assert strip(b"\x1b]2;" + "é".encode() * 600 + b"\x07") == (
         b"\x1b]2;" + "é".encode() * TITLE_MAX + b"\x1b\\"
     )
+    # A bidi override would reorder what the title bar shows: not printable.
+    assert strip("\x1b]2;abc\u202edef\x07".encode()) == b"\x1b]2;abcdef\x1b\\"
     # A title in C1 controls is no title.
     assert strip("\u009d2;x\u009c".encode()) == b""
 
