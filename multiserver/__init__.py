@@ -56,10 +56,7 @@ EXPORTS = {
         "SOCKET_RE",
         "DaemonPaths",
         "LockBusy",
-        "check_private_dir",
-        "check_socket",
         "default_daemon_number",
-        "ensure_private_dir",
         "fallback_dir",
         "find_sockets",
         "lock_is_held",
@@ -85,6 +82,12 @@ EXPORTS = {
     "multiserver._results": ("ClaimResult", "LaunchResult", "PeekResult"),
     "multiserver._spawn": ("TimedOut", "spawn_detached"),
     "multiserver._stale": ("SocketFound", "remove_stale_socket", "unlink_if_same"),
+    "multiserver._trust": (
+        "check_path_chain",
+        "check_private_dir",
+        "check_socket",
+        "ensure_private_dir",
+    ),
     "multiserver._start": ("connect", "connect_or_start"),
     "multiserver._sync": ("SyncClient", "dial_blocking"),
 }

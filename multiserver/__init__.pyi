@@ -76,10 +76,7 @@ from multiserver._paths import (
     SOCKET_RE as SOCKET_RE,
     DaemonPaths as DaemonPaths,
     LockBusy as LockBusy,
-    check_private_dir as check_private_dir,
-    check_socket as check_socket,
     default_daemon_number as default_daemon_number,
-    ensure_private_dir as ensure_private_dir,
     fallback_dir as fallback_dir,
     find_sockets as find_sockets,
     lock_is_held as lock_is_held,
@@ -132,6 +129,12 @@ from multiserver._start import (
 from multiserver._sync import (
     SyncClient as SyncClient,
     dial_blocking as dial_blocking,
+)
+from multiserver._trust import (
+    check_path_chain as check_path_chain,
+    check_private_dir as check_private_dir,
+    check_socket as check_socket,
+    ensure_private_dir as ensure_private_dir,
 )
 
 __version__: str

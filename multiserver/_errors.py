@@ -11,7 +11,8 @@ class MultiserverError(Exception):
 
 
 class UnsafeDirectory(MultiserverError):
-    """A runtime dir or socket fails the owner / mode / symlink checks."""
+    """A runtime dir or socket fails the owner / mode / symlink checks, or
+    a dir above it does (``_paths.check_path_chain``)."""
 
 
 class DaemonNotRunning(MultiserverError):

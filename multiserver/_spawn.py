@@ -26,8 +26,9 @@ from multiserver._errors import (
     MultiserverError,
     UnsafeDirectory,
 )
-from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
+from multiserver._paths import DaemonPaths, LockBusy, try_lock
 from multiserver._stale import remove_stale_socket
+from multiserver._trust import check_socket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

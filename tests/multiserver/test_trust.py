@@ -1,0 +1,174 @@
+"""Whom a client trusts (issue 34, finding 4): the dirs it uses, checked up
+to the root as OpenSSH's ``StrictModes`` checks a path.
+
+- ``check_path_chain`` on real dirs: owners (ours, root, another uid),
+  modes (group or other write, root's sticky /tmp), symlinks followed and
+  their targets checked too; ``ensure_private_dir`` makes missing parents
+  0700 whatever the umask, and nothing in a dir that fails.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from multiserver import UnsafeDirectory, check_path_chain, ensure_private_dir
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+
+UID = os.getuid()
+
+
+def owned(path: Path, uid: int, mode: int) -> Path:
+    """``path``, a dir made now, owned by ``uid`` with ``mode``."""
+    path.mkdir()
+    os.chown(path, uid, uid)
+    path.chmod(mode)
+    return path
+
+
+def refusal(path: Path, why: str) -> str:
+    return f"{path}: {why}; refusing it"
+
+
+OWNER = "not 0" if UID == 0 else f"not {UID} or root"
+REPLACE = "another user could replace what is in it"
+WRITABLE = "lets group or others write to it"
+
+
+# --- check_path_chain ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o755, 0o711, 0o555])
+def test_chain_of_our_dirs_not_writable_by_others_passes(tmp_path: Path, mode: int) -> None:
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "a").chmod(mode)
+    check_path_chain(deep)
+    check_path_chain(tmp_path / "a" / "." / "b" / ".." / "b")
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o757, 0o777, 0o1777, 0o2770])
+def test_a_dir_group_or_others_may_write_is_refused(tmp_path: Path, mode: int) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    bad.chmod(mode)
+    (bad / "leaf").mkdir()
+    if UID == 0 and mode & stat.S_ISVTX:  # root's sticky dir: /tmp
+        check_path_chain(bad / "leaf")
+        return
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(bad / "leaf")
+    assert str(refused.value) == refusal(bad, f"mode {mode:04o} {WRITABLE}: {REPLACE}")
+
+
+@needs_root
+def test_a_dir_of_another_uid_is_refused_even_private(tmp_path: Path) -> None:
+    theirs = owned(tmp_path / "theirs", NOBODY, 0o700)
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(theirs / "leaf")
+    assert str(refused.value) == refusal(theirs, f"owned by uid {NOBODY}, {OWNER}: {REPLACE}")
+
+
+@needs_root
+def test_sticky_dir_passes_only_owned_by_root(tmp_path: Path) -> None:
+    owned(tmp_path / "tmp", 0, 0o1777)
+    check_path_chain(tmp_path / "tmp")
+    theirs = owned(tmp_path / "their-tmp", NOBODY, 0o1777)
+    with pytest.raises(UnsafeDirectory, match=f"owned by uid {NOBODY}"):
+        check_path_chain(theirs)
+
+
+@needs_root
+def test_root_owned_group_writable_dir_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 0, NOBODY)
+    shared.chmod(0o775)
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(shared)
+    assert str(refused.value) == refusal(shared, f"mode 0775 {WRITABLE}: {REPLACE}")
+
+
+def test_symlink_is_followed_and_its_target_checked(tmp_path: Path) -> None:
+    good = tmp_path / "good" / "dir"
+    good.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(good)
+    check_path_chain(tmp_path / "link")
+    # A target in a dir others may write is refused, named as the kernel
+    # reaches it; a relative target's ".." is the link's dir's parent.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    bad.chmod(0o777)
+    (bad / "dir").mkdir()
+    (good / "rel").symlink_to("../../bad/dir")
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(tmp_path / "link" / "rel")
+    assert str(refused.value) == refusal(bad, f"mode 0777 {WRITABLE}: {REPLACE}")
+
+
+@needs_root
+def test_a_symlink_of_another_uid_is_refused(tmp_path: Path) -> None:
+    """In a sticky dir (``/tmp``) a link's owner may point it elsewhere."""
+    good = tmp_path / "good"
+    good.mkdir()
+    sticky = owned(tmp_path / "tmp", 0, 0o1777)
+    link = sticky / "runtime-0"
+    link.symlink_to(good)
+    os.lchown(link, NOBODY, NOBODY)
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(link / "x")
+    why = f"owned by uid {NOBODY}, {OWNER}: another user could point it elsewhere"
+    assert str(refused.value) == refusal(link, why)
+
+
+def test_a_symlink_loop_and_a_missing_dir_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(UnsafeDirectory, match="more than 40 symbolic links"):
+        check_path_chain(tmp_path / "loop" / "x")
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(tmp_path / "missing" / "x")
+    assert str(refused.value) == f"{tmp_path / 'missing'}: No such file or directory"
+    assert isinstance(refused.value.__cause__, FileNotFoundError)
+
+
+def test_a_file_others_may_write_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    config.chmod(0o644)
+    check_path_chain(config)
+    config.chmod(0o666)
+    with pytest.raises(UnsafeDirectory) as refused:
+        check_path_chain(config)
+    why = f"mode 0666 {WRITABLE}: another user could change it"
+    assert str(refused.value) == refusal(config, why)
+
+
+# --- ensure_private_dir ------------------------------------------------------------------------
+
+
+def test_missing_parents_are_made_0700_whatever_the_umask(tmp_path: Path) -> None:
+    leaf = tmp_path / "a" / "b" / "multiserver"
+    old = os.umask(0o002)
+    try:
+        ensure_private_dir(leaf)
+    finally:
+        os.umask(old)
+    for made in (tmp_path / "a", tmp_path / "a" / "b", leaf):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
+
+
+def test_nothing_is_made_in_a_dir_that_fails(tmp_path: Path) -> None:
+    parent = tmp_path / "runtime-0"
+    parent.mkdir()
+    parent.chmod(0o777)
+    runtime = parent / "multiserver"
+    with pytest.raises(UnsafeDirectory) as refused:
+        ensure_private_dir(runtime / "multiserver-ssh")
+    assert str(refused.value) == refusal(parent, f"mode 0777 {WRITABLE}: {REPLACE}")
+    assert os.listdir(parent) == []
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o777  # never chmod-ed
