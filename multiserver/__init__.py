@@ -42,6 +42,7 @@ EXPORTS = {
         "PeerProtocolError",
         "RequestFailed",
         "UnsafeDirectory",
+        "UntrustedPeer",
         "VersionRefused",
     ),
     "multiserver._lazy": ("lazy_exports",),

@@ -35,6 +35,7 @@ from multiserver._errors import (
     PeerProtocolError as PeerProtocolError,
     RequestFailed as RequestFailed,
     UnsafeDirectory as UnsafeDirectory,
+    UntrustedPeer as UntrustedPeer,
     VersionRefused as VersionRefused,
 )
 from multiserver._frames import (

@@ -15,6 +15,12 @@ class UnsafeDirectory(MultiserverError):
     a dir above it does (``_paths.check_path_chain``)."""
 
 
+class UntrustedPeer(UnsafeDirectory):
+    """The process listening on a daemon's socket runs as another uid (or
+    which uid could not be told): the client closed the connection without
+    sending it a byte."""
+
+
 class DaemonNotRunning(MultiserverError):
     """Nothing listens on the socket (and the caller asked not to start one)."""
 

@@ -1,24 +1,49 @@
 """Whom a client trusts (issue 34, finding 4): the dirs it uses, checked up
-to the root as OpenSSH's ``StrictModes`` checks a path.
+to the root as OpenSSH's ``StrictModes`` checks a path, and the process it
+connected to, checked before it sends a byte.
 
 - ``check_path_chain`` on real dirs: owners (ours, root, another uid),
   modes (group or other write, root's sticky /tmp), symlinks followed and
   their targets checked too; ``ensure_private_dir`` makes missing parents
   0700 whatever the umask, and nothing in a dir that fails.
+- A fake daemon of another uid at the very socket path (a socket file of
+  ours, listening as ``NOBODY``): the library's trio ``connect``, its
+  blocking ``connect_blocking``, connect-or-start in both, and the
+  ``multiserver`` command (``ls``, ``new``) each refuse it with one line;
+  it receives zero bytes. Listening as our uid, the same fake gets the
+  Hello: the count is not vacuous.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
-from multiserver import UnsafeDirectory, check_path_chain, ensure_private_dir
-
-NOBODY = 65534
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+from multiserver import (
+    UnsafeDirectory,
+    UntrustedPeer,
+    check_path_chain,
+    connect,
+    dial_blocking,
+    ensure_private_dir,
+    open_client,
+)
+from multiserver._spawn import connect_blocking
+from tests.conftest import MsDirs, daemon_pids_under
+from tests.multiserver.other_user import (
+    NOBODY,
+    OtherUser,
+    fake_daemon,
+    needs_root,
+    start_other_user,
+)
+from tests.reliability._cli import ms_run
 
 UID = os.getuid()
 
@@ -172,3 +197,79 @@ def test_nothing_is_made_in_a_dir_that_fails(tmp_path: Path) -> None:
     assert str(refused.value) == refusal(parent, f"mode 0777 {WRITABLE}: {REPLACE}")
     assert os.listdir(parent) == []
     assert stat.S_IMODE(parent.stat().st_mode) == 0o777  # never chmod-ed
+
+
+# --- a fake daemon of another uid at the socket path ---------------------------------------------
+
+
+@pytest.fixture
+def fake(ms_dirs: MsDirs) -> Iterator[OtherUser]:
+    """A fake daemon of uid NOBODY on ``ms_dirs``' socket path."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another uid")
+    ms_dirs.runtime.mkdir(mode=0o700)
+    other = start_other_user(fake_daemon(ms_dirs.paths.socket))
+    try:
+        yield other
+    finally:
+        other.stop()
+
+
+def peer_refusal(path: Path) -> str:
+    return f"{path}: the process listening runs as uid {NOBODY}, not {UID}; refusing to talk to it"
+
+
+def assert_untouched(fake: OtherUser, ms_dirs: MsDirs, connections: int) -> None:
+    """The fake was connected to (``connections`` at least) but sent
+    nothing, and no daemon of ours started beside it."""
+    report = fake.stop()
+    assert report["uid"] == NOBODY, report
+    assert report["bytes"] == 0, report
+    assert report["connections"] >= connections, report
+    assert daemon_pids_under(ms_dirs.root) == []
+    assert ms_dirs.paths.socket.is_socket()  # left alone
+
+
+async def test_library_refuses_a_listener_of_another_uid(ms_dirs: MsDirs, fake: OtherUser) -> None:
+    path = ms_dirs.paths.socket
+    with trio.fail_after(10):
+        with pytest.raises(UntrustedPeer) as refused:
+            await connect(path)
+        assert str(refused.value) == peer_refusal(path)
+        with pytest.raises(UntrustedPeer) as refused:
+            async with open_client(ms_dirs.paths, start=True):
+                pass
+        assert str(refused.value) == peer_refusal(path)
+    with pytest.raises(UntrustedPeer) as refused:
+        connect_blocking(path, time.monotonic() + 10)
+    assert str(refused.value) == peer_refusal(path)
+    with pytest.raises(UntrustedPeer) as refused:
+        dial_blocking(ms_dirs.paths, start=True, deadline=time.monotonic() + 10)
+    assert str(refused.value) == peer_refusal(path)
+    assert_untouched(fake, ms_dirs, connections=4)
+
+
+async def test_commands_refuse_a_listener_of_another_uid(ms_dirs: MsDirs, fake: OtherUser) -> None:
+    path = ms_dirs.paths.socket
+    listed = await ms_run("ls")
+    assert listed.returncode == 1
+    assert listed.stderr.decode() == f"multiserver: skipped {path}: {peer_refusal(path)}\n"
+    made = await ms_run("new", "-d", "-n", "mine", "--", "sh", "-c", "echo DB_PASSWORD=x")
+    assert made.returncode == 1
+    assert made.stderr.decode() == f"multiserver: {peer_refusal(path)}\n"
+    assert made.stdout == b""
+    assert_untouched(fake, ms_dirs, connections=2)
+
+
+async def test_a_listener_of_our_own_uid_is_talked_to(ms_dirs: MsDirs) -> None:
+    """The fake, listening as this uid: the client sends its Hello, so a
+    count of zero above is the check's doing, not the fake's."""
+    ms_dirs.runtime.mkdir(mode=0o700)
+    ours = start_other_user(fake_daemon(ms_dirs.paths.socket, as_nobody=False))
+    try:
+        sock = await connect(ms_dirs.paths.socket)
+        with sock:
+            await sock.send(b"hello")
+    finally:
+        report = ours.stop()
+    assert (report["uid"], report["connections"], report["bytes"]) == (UID, 1, 5)
