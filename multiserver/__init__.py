@@ -65,6 +65,7 @@ EXPORTS = {
         "socket_dirs",
         "state_dir",
         "try_lock",
+        "unsafe_socket_dirs",
         "user_dir",
         "write_whole",
     ),

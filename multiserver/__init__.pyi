@@ -85,6 +85,7 @@ from multiserver._paths import (
     socket_dirs as socket_dirs,
     state_dir as state_dir,
     try_lock as try_lock,
+    unsafe_socket_dirs as unsafe_socket_dirs,
     user_dir as user_dir,
     write_whole as write_whole,
 )

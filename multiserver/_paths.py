@@ -30,7 +30,13 @@ import stat
 import sys
 from pathlib import Path
 
-from multiserver._trust import ensure_private_dir
+from multiserver._errors import UnsafeDirectory
+from multiserver._trust import (
+    check_path_chain,
+    check_private_dir,
+    ensure_private_dir,
+    split_existing,
+)
 
 APP = "multiserver"
 SOCKET_PREFIX = "multiserver-daemon-"
@@ -133,6 +139,24 @@ def write_whole(path: str | os.PathLike[str], data: bytes, *, sync: bool = False
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def unsafe_socket_dirs(dirs: list[Path] | None = None) -> dict[Path, UnsafeDirectory]:
+    """Of ``dirs`` (default ``socket_dirs()``), those no daemon socket in
+    should be trusted, each with why: one that is there and fails
+    ``check_private_dir``, or, missing, where a dir above it fails
+    ``check_path_chain`` (it would be made there)."""
+    unsafe = {}
+    for d in socket_dirs() if dirs is None else dirs:
+        try:
+            there, missing = split_existing(d)
+            if missing:
+                check_path_chain(there)
+            else:
+                check_private_dir(d)
+        except UnsafeDirectory as exc:
+            unsafe[d] = exc
+    return unsafe
 
 
 def socket_name(number: int) -> str:

@@ -12,6 +12,9 @@ connected to, checked before it sends a byte.
   ``multiserver`` command (``ls``, ``new``) each refuse it with one line;
   it receives zero bytes. Listening as our uid, the same fake gets the
   Hello: the count is not vacuous.
+- A planted fallback parent (``$TMPDIR/runtime-UID`` of another uid, or
+  ours but 0777): ``new -d`` and ``ls`` say one line naming it and why,
+  exit 1, and nothing is made in it.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
 from multiserver import (
+    DaemonPaths,
     UnsafeDirectory,
     UntrustedPeer,
     check_path_chain,
@@ -33,6 +38,8 @@ from multiserver import (
     dial_blocking,
     ensure_private_dir,
     open_client,
+    runtime_dir,
+    unsafe_socket_dirs,
 )
 from multiserver._spawn import connect_blocking
 from tests.conftest import MsDirs, daemon_pids_under
@@ -197,6 +204,9 @@ def test_nothing_is_made_in_a_dir_that_fails(tmp_path: Path) -> None:
     assert str(refused.value) == refusal(parent, f"mode 0777 {WRITABLE}: {REPLACE}")
     assert os.listdir(parent) == []
     assert stat.S_IMODE(parent.stat().st_mode) == 0o777  # never chmod-ed
+    # A socket dir that would be made there is said unsafe before it exists.
+    assert list(unsafe_socket_dirs([runtime])) == [runtime]
+    assert unsafe_socket_dirs([tmp_path / "fine" / "multiserver"]) == {}
 
 
 # --- a fake daemon of another uid at the socket path ---------------------------------------------
@@ -273,3 +283,57 @@ async def test_a_listener_of_our_own_uid_is_talked_to(ms_dirs: MsDirs) -> None:
     finally:
         report = ours.stop()
     assert (report["uid"], report["connections"], report["bytes"]) == (UID, 1, 5)
+
+
+# --- a planted fallback parent ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Fallback:
+    tmp: Path  # $TMPDIR
+    parent: Path  # $TMPDIR/runtime-UID
+    paths: DaemonPaths
+
+
+@pytest.fixture
+def fallback(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> Fallback:
+    """No runtime dir given: ``$TMPDIR/runtime-UID/multiserver`` is the
+    runtime dir, $TMPDIR a fresh dir of this test's, root-owned and
+    sticky as /tmp is (0755 until a test opens it to others)."""
+    tmp = ms_dirs.root / "tmp"
+    tmp.mkdir(mode=0o755)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.delenv("MULTISERVER_RUNTIME_DIR")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    parent = tmp / f"runtime-{UID}"
+    if runtime_dir() != parent / "multiserver":
+        # runtime_dir() takes /run/user/UID when it is a private dir of
+        # ours, and nothing a command is given skips it.
+        pytest.skip(f"/run/user/{UID} is a private dir here: the fallback is never reached")
+    paths = DaemonPaths.for_number(1)
+    assert paths.socket.parent == parent / "multiserver", "path too long for sun_path"
+    return Fallback(tmp, parent, paths)
+
+
+PLANTS = [
+    pytest.param(NOBODY, f"owned by uid {NOBODY}, {OWNER}", id="another-uid", marks=needs_root),
+    pytest.param(UID, f"mode 0777 {WRITABLE}", id="ours-0777"),
+]
+
+
+@pytest.mark.parametrize(("owner", "why"), PLANTS)
+async def test_planted_fallback_parent_is_refused(
+    ms_dirs: MsDirs, fallback: Fallback, owner: int, why: str
+) -> None:
+    planted = owned(fallback.parent, owner, 0o777)
+    line = f"multiserver: {refusal(planted, f'{why}: {REPLACE}')}\n"
+    for argv in (["new", "-d", "-n", "p", "--", "sleep", "100"], ["ls"]):
+        result = await ms_run(*argv)
+        assert (result.returncode, result.stderr.decode(), result.stdout) == (1, line, b""), argv
+    with pytest.raises(UnsafeDirectory) as refused:
+        async with open_client(fallback.paths, start=True):
+            pass
+    assert f"multiserver: {refused.value}\n" == line
+    assert os.listdir(planted) == []
+    assert stat.S_IMODE(planted.stat().st_mode) == 0o777 and planted.stat().st_uid == owner
+    assert daemon_pids_under(ms_dirs.root) == []
