@@ -15,6 +15,9 @@ connected to, checked before it sends a byte.
 - A planted fallback parent (``$TMPDIR/runtime-UID`` of another uid, or
   ours but 0777): ``new -d`` and ``ls`` say one line naming it and why,
   exit 1, and nothing is made in it.
+- Files of the runtime, state and config dirs (config.toml, hosts.json,
+  the saved arrangement, WAITING's and hold records, ssh's control
+  sockets) are neither read nor written under a dir others may write.
 """
 
 from __future__ import annotations
@@ -337,3 +340,60 @@ async def test_planted_fallback_parent_is_refused(
     assert os.listdir(planted) == []
     assert stat.S_IMODE(planted.stat().st_mode) == 0o777 and planted.stat().st_uid == owner
     assert daemon_pids_under(ms_dirs.root) == []
+
+
+# --- what is read from, and written to, the trusted dirs -----------------------------------------
+
+
+@pytest.fixture
+def open_parent(ms_dirs: MsDirs) -> Path:
+    """A dir others may write (0777), as a planted parent is: the
+    runtime, state and config dirs of ``ms_dirs`` moved under it."""
+    parent = ms_dirs.root / "open"
+    parent.mkdir()
+    parent.chmod(0o777)
+    return parent
+
+
+def test_files_in_an_untrusted_dir_are_not_used(
+    ms_dirs: MsDirs, open_parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from multiserver_cli import _shown
+    from multiserver_cli._settings import Settings
+    from restore import Hold, HoldRecord, HostsFileError, live_holds, load_hosts, read_saved
+    from restore.remote._ssh import control_dir
+
+    runtime, state, config = (open_parent / n for n in ("run", "state", "config"))
+    for d in (runtime, state, config):
+        d.mkdir(mode=0o700)
+    monkeypatch.setenv("MULTISERVER_RUNTIME_DIR", str(runtime))
+    why = refusal(open_parent, f"mode 0777 {WRITABLE}: {REPLACE}")
+    # What another user could have put there is not read...
+    (config / "config.toml").write_text('shell = "/tmp/theirs"\n')
+    settings = Settings.read(config / "config.toml")
+    assert settings.problems == [f"{config / 'config.toml'} is not used: {why}"]
+    assert settings.value("shell") == ""
+    (config / "hosts.json").write_text('{"format": 1, "hosts": []}')
+    with pytest.raises(HostsFileError) as refused:
+        load_hosts(config / "hosts.json")
+    assert str(refused.value) == f"the hosts file {config / 'hosts.json'} is not used: {why}"
+    (state / "arrangement.sqlite3").write_bytes(b"SQLite format 3\0")
+    assert read_saved(state) is None  # the whole store decides: it refuses the dir
+    (runtime / _shown.DIR_NAME).mkdir(mode=0o700)
+    (runtime / _shown.DIR_NAME / "abc-1").write_text("5")
+    assert _shown.load() == {}
+    # ...nor is anything written there.
+    _shown.record("abc", 2, 7)
+    hold = Hold("s", "/x.socket", "abc", 3, os.getpid(), os.getpid())
+    assert HoldRecord.write(hold) is None
+    assert live_holds() == {}
+    with pytest.raises(UnsafeDirectory) as refused:
+        control_dir()  # ssh's control sockets
+    assert str(refused.value) == why
+    assert sorted(os.listdir(runtime / _shown.DIR_NAME)) == ["abc-1"]
+    assert sorted(os.listdir(runtime)) == [_shown.DIR_NAME]
+    # The same files in a trusted dir are.
+    open_parent.chmod(0o700)
+    assert _shown.load() == {("abc", 1): 5}
+    assert Settings.read(config / "config.toml").value("shell") == "/tmp/theirs"
+    assert load_hosts(config / "hosts.json") == {}
