@@ -4,7 +4,7 @@ that drops to uid and gid ``NOBODY`` and acts as another user of the
 machine would. The one place tests run as another uid with os.fork and
 os.setuid.
 
-The child runs only os, socket and select calls, and always ends
+The child runs only os, socket, select and ctypes calls, and always ends
 with ``os._exit`` (never the test's teardown). It reports one JSON object
 through a pipe. The test stops it by its pid (``OtherUser.stop``: closing
 its stop pipe, then SIGKILL past a bound) and reaps it.
@@ -14,11 +14,16 @@ its stop pipe, then SIGKILL past a bound) and reaps it.
   to listen as ``NOBODY`` (a connected socket's SO_PEERCRED is the
   listener's credentials as of ``listen()``), counting every byte any
   client sends it.
+- ``swapper``: finding 4's attacker (issue 34): from a dir it works in,
+  swaps two names with ``renameat2(RENAME_EXCHANGE)`` in a loop, beside a
+  fake daemon of its own, counting what each try did.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import select
@@ -39,6 +44,9 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as 
 # What a child runs: ``body(ready, stop_fd)`` calls ``ready()`` once it is
 # what the test waits for, returns its report once ``stop_fd`` reads EOF.
 Body = Callable[[Callable[[], None], int], dict[str, object]]
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 
 
 def become_nobody() -> None:
@@ -185,3 +193,56 @@ class ByteCounter:
                 pass
             self.conns.remove(conn)
             conn.close()
+
+
+# --- finding 4's attacker --------------------------------------------------------
+
+
+def renameat2_available() -> bool:
+    return hasattr(ctypes.CDLL(None), "renameat2")
+
+
+def swapper(workdir: Path, pairs: list[tuple[str, str]], fake_socket: str) -> Body:
+    """In ``workdir`` (entered as root: the dirs above it need not let
+    ``NOBODY`` through, as /tmp lets everyone through), as ``NOBODY``: a
+    fake daemon listening at ``fake_socket`` (a relative path, its dirs
+    made 0777 by it), then ``renameat2(a, b, RENAME_EXCHANGE)`` of each
+    pair in ``pairs``, round and round, until told to stop. Its report:
+    the fake's connections and bytes, how many swaps were tried and done,
+    and the errno names of those that failed, counted."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    exchange = libc.renameat2
+    exchange.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    exchange.argtypes += [ctypes.c_uint]
+
+    def body(ready: Callable[[], None], stop_fd: int) -> dict[str, object]:
+        os.chdir(workdir)
+        become_nobody()
+        os.umask(0)
+        os.makedirs(os.path.dirname(fake_socket), mode=0o777, exist_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(fake_socket)
+        listener.listen(64)
+        counter = ByteCounter(listener)
+        tried = done = 0
+        failed: dict[str, int] = {}
+        ready()
+        while not select.select([stop_fd], [], [], 0)[0]:
+            counter.drain()
+            for a, b in pairs:
+                tried += 1
+                if exchange(_AT_FDCWD, a.encode(), _AT_FDCWD, b.encode(), _RENAME_EXCHANGE) == 0:
+                    done += 1
+                else:
+                    name = errno.errorcode.get(ctypes.get_errno(), "?")
+                    failed[name] = failed.get(name, 0) + 1
+        counter.drain()
+        return {
+            "uid": os.getuid(),
+            "tried": tried,
+            "done": done,
+            "failed": failed,
+            **counter.counts,
+        }
+
+    return body

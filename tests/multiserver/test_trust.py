@@ -18,6 +18,12 @@ connected to, checked before it sends a byte.
 - Files of the runtime, state and config dirs (config.toml, hosts.json,
   the saved arrangement, WAITING's and hold records, ssh's control
   sockets) are neither read nor written under a dir others may write.
+- Finding 4's race, with its duration a parameter (a few seconds here, a
+  minute in the slow test): the attacker of the finding, who owns the
+  fallback parent and swaps the runtime dir with a dir of its own in a
+  loop, and the attacker that remains once the user made the parent,
+  whose swaps all fail. ``new`` runs in a loop meanwhile; the fake daemon
+  beside the attacker receives zero bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -51,11 +57,15 @@ from tests.multiserver.other_user import (
     OtherUser,
     fake_daemon,
     needs_root,
+    renameat2_available,
     start_other_user,
+    swapper,
 )
 from tests.reliability._cli import ms_run
 
 UID = os.getuid()
+QUICK_RACE = 3.0  # seconds of finding 4's race in the quick suite
+SLOW_RACE = 60.0  # and in the slow one, as the issue asks
 
 
 def owned(path: Path, uid: int, mode: int) -> Path:
@@ -340,6 +350,108 @@ async def test_planted_fallback_parent_is_refused(
     assert os.listdir(planted) == []
     assert stat.S_IMODE(planted.stat().st_mode) == 0o777 and planted.stat().st_uid == owner
     assert daemon_pids_under(ms_dirs.root) == []
+
+
+# --- finding 4's race -------------------------------------------------------------------------
+
+needs_renameat2 = pytest.mark.skipif(
+    not renameat2_available(), reason="no renameat2 in this libc (glibc 2.28+)"
+)
+REL = f"runtime-{UID}"  # the fallback parent, from $TMPDIR
+SOCKET = "multiserver-daemon-1.socket"
+
+
+@attrs.frozen
+class RaceRun:
+    requests: int  # `new -d` commands run meanwhile
+    made: int  # of which started a session
+    lines: frozenset[str]  # what the refused ones said
+    attacker: dict[str, object]  # its report
+
+
+async def race(attacker: OtherUser, seconds: float) -> RaceRun:
+    """``new -d`` again and again for ``seconds`` while ``attacker`` runs;
+    then the attacker's report."""
+    requests = made = 0
+    lines: set[str] = set()
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            result = await ms_run("new", "-d", "--", "sh", "-c", "echo DB_PASSWORD=secret")
+            requests += 1
+            if result.returncode == 0:
+                made += 1
+            else:
+                lines.add(result.stderr.decode())
+    finally:
+        report = attacker.stop()
+    print(f"finding 4 race, {seconds:g} s: {requests} requests, {made} made, attacker {report}")
+    return RaceRun(requests, made, frozenset(lines), report)
+
+
+async def race_against_the_planter(ms_dirs: MsDirs, fallback: Fallback, seconds: float) -> None:
+    """The finding as it was: the attacker made $TMPDIR/runtime-UID first
+    (0777, its own), the user's runtime dir is in it, and the attacker
+    swaps it with a dir of its own holding its fake daemon, in a loop
+    (one parent: no write on either dir is needed to swap them)."""
+    planted = owned(fallback.parent, NOBODY, 0o777)
+    fallback.paths.dir.mkdir(mode=0o700)  # the user's, from before: what the swaps exchange
+    pairs = [(f"{REL}/multiserver", f"{REL}/evil")]
+    attacker = start_other_user(swapper(fallback.tmp, pairs, f"{REL}/evil/{SOCKET}"))
+    run = await race(attacker, seconds)
+    assert run.made == 0 and run.requests > 0
+    why = f"owned by uid {NOBODY}, {OWNER}: {REPLACE}"
+    assert run.lines == {f"multiserver: {refusal(planted, why)}\n"}
+    assert run.attacker["done"] == run.attacker["tried"] != 0, run.attacker  # every swap worked
+    assert (run.attacker["connections"], run.attacker["bytes"]) == (0, 0), run.attacker
+    assert daemon_pids_under(ms_dirs.root) == []
+
+
+async def race_the_planter_lost(ms_dirs: MsDirs, fallback: Fallback, seconds: float) -> None:
+    """What is left of the finding once the user's client made the
+    parent: $TMPDIR open to all as /tmp is (root's, sticky), the attacker
+    with a dir and a fake daemon of its own there, swapping the user's
+    parent, or the runtime dir in it, with its own, in a loop."""
+    fallback.tmp.chmod(0o1777)
+    first = await ms_run("new", "-d", "-n", "first", "--", "sleep", "100")
+    assert first.returncode == 0, first.stderr
+    assert stat.S_IMODE(fallback.parent.stat().st_mode) == 0o700
+    pairs = [(REL, "evil"), (f"{REL}/multiserver", "evil/multiserver")]
+    attacker = start_other_user(swapper(fallback.tmp, pairs, f"evil/multiserver/{SOCKET}"))
+    run = await race(attacker, seconds)
+    assert run.made == run.requests > 0, run.lines
+    # Sticky $TMPDIR: not the parent's owner; the parent 0700: not let in.
+    failed = run.attacker["failed"]
+    assert run.attacker["done"] == 0 and isinstance(failed, dict), run.attacker
+    assert set(failed) <= {"EPERM", "EACCES"}, run.attacker
+    assert (run.attacker["connections"], run.attacker["bytes"]) == (0, 0), run.attacker
+
+
+RACES = [
+    pytest.param(race_against_the_planter, id="planted-parent"),
+    pytest.param(race_the_planter_lost, id="users-parent"),
+]
+
+
+Race = Callable[[MsDirs, Fallback, float], Awaitable[None]]
+
+
+@needs_root
+@needs_renameat2
+@pytest.mark.parametrize("form", RACES)
+async def test_finding_4_race_reaches_the_fake_zero_times(
+    ms_dirs: MsDirs, fallback: Fallback, form: Race
+) -> None:
+    await form(ms_dirs, fallback, QUICK_RACE)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@needs_root
+@needs_renameat2
+@pytest.mark.parametrize("form", RACES)
+async def test_finding_4_race_for_a_minute(ms_dirs: MsDirs, fallback: Fallback, form: Race) -> None:
+    await form(ms_dirs, fallback, SLOW_RACE)
 
 
 # --- what is read from, and written to, the trusted dirs -----------------------------------------
