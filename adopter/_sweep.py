@@ -33,16 +33,15 @@ from multiserver import (
     LockBusy,
     MultiserverError,
     UnsafeDirectory,
-    check_private_dir,
     check_socket,
     describe_exit,
     dial,
     find_sockets,
     lock_is_held,
     remove_stale_socket,
-    socket_dirs,
     try_lock,
     unlink_if_same,
+    unsafe_socket_dirs,
 )
 from restore import DaemonAttachment, SessionLeaf
 
@@ -285,13 +284,10 @@ async def sweep(
     Cancellation: what was done is done (adoptions are recorded one
     transaction each); nothing is left open.
     """
-    rows: list[SweepRow] = []
-    for d in socket_dirs():
-        if os.path.lexists(d):
-            try:
-                check_private_dir(d)
-            except UnsafeDirectory as exc:
-                rows.append(SweepRow(str(d), "refused", "skipped", detail=f"dir not swept: {exc}"))
+    rows = [
+        SweepRow(str(d), "refused", "skipped", detail=f"dir not swept: {exc}")
+        for d, exc in unsafe_socket_dirs().items()
+    ]
     unsafe_dirs = {r.socket for r in rows}
     sockets = [p for p in find_sockets() if str(p.parent) not in unsafe_dirs]
     # One read of the arrangement for the whole pass: which children look

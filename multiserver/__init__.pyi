@@ -38,6 +38,7 @@ from multiserver._errors import (
     PeerProtocolError as PeerProtocolError,
     RequestFailed as RequestFailed,
     UnsafeDirectory as UnsafeDirectory,
+    UntrustedPeer as UntrustedPeer,
     VersionRefused as VersionRefused,
 )
 from multiserver._frames import (
@@ -79,10 +80,7 @@ from multiserver._paths import (
     SOCKET_RE as SOCKET_RE,
     DaemonPaths as DaemonPaths,
     LockBusy as LockBusy,
-    check_private_dir as check_private_dir,
-    check_socket as check_socket,
     default_daemon_number as default_daemon_number,
-    ensure_private_dir as ensure_private_dir,
     fallback_dir as fallback_dir,
     find_sockets as find_sockets,
     lock_is_held as lock_is_held,
@@ -90,6 +88,7 @@ from multiserver._paths import (
     socket_dirs as socket_dirs,
     state_dir as state_dir,
     try_lock as try_lock,
+    unsafe_socket_dirs as unsafe_socket_dirs,
     user_dir as user_dir,
     write_whole as write_whole,
 )
@@ -140,6 +139,12 @@ from multiserver._start import (
 from multiserver._sync import (
     SyncClient as SyncClient,
     dial_blocking as dial_blocking,
+)
+from multiserver._trust import (
+    check_path_chain as check_path_chain,
+    check_private_dir as check_private_dir,
+    check_socket as check_socket,
+    ensure_private_dir as ensure_private_dir,
 )
 
 __version__: str

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from multiserver import _platform
+from multiserver import _peer
 from multiserver._codec import Codec, Event, close_fds
 from multiserver._config import DaemonConfig
 from multiserver._core import Answer, Reply, RequestCore
@@ -376,7 +376,7 @@ class ClientConnection:
 
     async def _serve_requests(self) -> None:
         try:
-            uid = _platform.peer_uid(self._framed.fileno())
+            uid = _peer.peer_uid(self._framed.fileno())
         except OSError as exc:
             log.warning("client %d: cannot read peer credentials: %s", self.id, exc)
             return

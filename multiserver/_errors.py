@@ -11,7 +11,14 @@ class MultiserverError(Exception):
 
 
 class UnsafeDirectory(MultiserverError):
-    """A runtime dir or socket fails the owner / mode / symlink checks."""
+    """A runtime dir or socket fails the owner / mode / symlink checks, or
+    a dir above it does (``_paths.check_path_chain``)."""
+
+
+class UntrustedPeer(UnsafeDirectory):
+    """The process listening on a daemon's socket runs as another uid (or
+    which uid could not be told): the client closed the connection without
+    sending it a byte."""
 
 
 class DaemonNotRunning(MultiserverError):

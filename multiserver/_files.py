@@ -34,9 +34,10 @@ import trio
 
 from multiserver._errors import DaemonAlreadyRunning, UnsafeDirectory
 from multiserver._origin import DaemonOrigin, write_origin
-from multiserver._paths import DaemonPaths, LockBusy, ensure_private_dir, try_lock
+from multiserver._paths import DaemonPaths, LockBusy, try_lock
 from multiserver._server import bind_listener
 from multiserver._stale import remove_stale_socket, unlink_if_same
+from multiserver._trust import ensure_private_dir
 
 log = logging.getLogger("multiserver.daemon")
 

@@ -1,17 +1,22 @@
-"""Where the daemon's socket, lock, log and state live, and the checks that
-make a planted socket or a shared directory unusable.
+"""Where the daemon's socket, lock, log and state live; which socket dirs
+fail the checks of ``_trust`` (which make a planted socket or a shared
+directory unusable).
 
 - Runtime dir: ``$MULTISERVER_RUNTIME_DIR``, else the XDG runtime dir
   (``$XDG_RUNTIME_DIR``, ``/run/user/UID``, else ``$TMPDIR/runtime-UID``, as
   platformdirs picks it) + ``/multiserver``; on macOS the user's
   Application Support dir. Created 0700; refused if
-  it is a symlink, not owned by this uid, or group/other accessible.
+  it is a symlink, not owned by this uid, or group/other accessible, or if
+  a dir above it lets another user replace it (``_trust.check_path_chain``:
+  an owner other than this uid or root, or group/other write, as OpenSSH's
+  ``StrictModes``); missing dirs above it are made 0700, each checked
+  before anything is made in it.
 - Socket ``multiserver-daemon-N.socket``, lock ``...socket.lock`` beside it.
   When the socket path would not fit in ``sun_path``, both go to the short
   fallback dir ``$TMPDIR/ms-UID`` (checked the same way).
 - State dir: ``$MULTISERVER_STATE_DIR``, else ``$XDG_STATE_HOME/multiserver``
   (``~/.local/state/multiserver``; on macOS platformdirs' user state dir);
-  the daemon's log goes there.
+  the daemon's log goes there. Checked as the runtime dir is.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ import sys
 from pathlib import Path
 
 from multiserver._errors import UnsafeDirectory
+from multiserver._trust import (
+    check_path_chain,
+    check_private_dir,
+    ensure_private_dir,
+    split_existing,
+)
 
 APP = "multiserver"
 SOCKET_PREFIX = "multiserver-daemon-"
@@ -130,48 +141,22 @@ def write_whole(path: str | os.PathLike[str], data: bytes, *, sync: bool = False
         raise
 
 
-def check_private_dir(path: Path) -> None:
-    """Raise UnsafeDirectory unless ``path`` is a real dir, ours, mode 0700-ish."""
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise UnsafeDirectory(f"{path}: {exc.strerror}") from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafeDirectory(f"{path}: refusing a runtime dir that is a symlink")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDirectory(f"{path}: not a directory")
-    if st.st_uid != os.getuid():
-        raise UnsafeDirectory(f"{path}: owned by uid {st.st_uid}, not {os.getuid()}")
-    if st.st_mode & 0o077:
-        raise UnsafeDirectory(
-            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} lets other users in (want 0700)"
-        )
-
-
-def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` 0700 if missing (parents too), then check it."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise UnsafeDirectory(f"{path}: cannot create: {exc.strerror}") from exc
-    check_private_dir(path)
-    return path
-
-
-def check_socket(path: Path) -> None:
-    """Raise UnsafeDirectory unless ``path`` is a socket owned by us."""
-    check_private_dir(path.parent)
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        raise UnsafeDirectory(f"{path}: {exc.strerror}") from exc
-    if not stat.S_ISSOCK(st.st_mode):
-        raise UnsafeDirectory(f"{path}: not a socket")
-    if st.st_uid != os.getuid():
-        raise UnsafeDirectory(f"{path}: socket owned by uid {st.st_uid}, not {os.getuid()}")
+def unsafe_socket_dirs(dirs: list[Path] | None = None) -> dict[Path, UnsafeDirectory]:
+    """Of ``dirs`` (default ``socket_dirs()``), those no daemon socket in
+    should be trusted, each with why: one that is there and fails
+    ``check_private_dir``, or, missing, where a dir above it fails
+    ``check_path_chain`` (it would be made there)."""
+    unsafe = {}
+    for d in socket_dirs() if dirs is None else dirs:
+        try:
+            there, missing = split_existing(d)
+            if missing:
+                check_path_chain(there)
+            else:
+                check_private_dir(d)
+        except UnsafeDirectory as exc:
+            unsafe[d] = exc
+    return unsafe
 
 
 def socket_name(number: int) -> str:

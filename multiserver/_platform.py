@@ -1,8 +1,8 @@
-"""Platform seams, one small section each: peer credentials, waiting for a
-child's exit without ``waitpid(-1)``, spawning on a PTY, the foreground
-process of a terminal, giving freed heap memory back, and a file with no
-name. Linux and macOS; nothing else in the package branches on the
-platform."""
+"""Platform seams, one small section each: waiting for a child's exit
+without ``waitpid(-1)``, spawning on a PTY, the foreground process of a
+terminal, giving freed heap memory back, and a file with no name. Linux
+and macOS; nothing else in the package branches on the platform but
+``_peer`` (peer credentials), which every command loads without these."""
 
 from __future__ import annotations
 
@@ -12,35 +12,12 @@ import functools
 import os
 import select
 import signal
-import socket
 import struct
 import sys
 import termios
 from collections.abc import Callable
 
 IS_LINUX = sys.platform.startswith("linux")
-
-# --- peer credentials: SO_PEERCRED (Linux) / LOCAL_PEERCRED (macOS) -------------
-
-_SOL_LOCAL = 0
-_LOCAL_PEERCRED = 1
-
-
-def peer_uid(fd: int) -> int:
-    """The effective uid of the peer of the connected Unix socket ``fd``."""
-    sock = socket.socket(fileno=fd)
-    try:
-        if IS_LINUX:
-            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _pid, uid, _gid = struct.unpack("3i", raw)
-            return int(uid)
-        # struct xucred { u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]; }
-        raw = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, 76)
-        _version, uid = struct.unpack_from("Ii", raw)
-        return int(uid)
-    finally:
-        sock.detach()
-
 
 # --- waiting on many fds and many child exits at once: epoll / kqueue ---------
 #

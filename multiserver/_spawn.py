@@ -26,8 +26,10 @@ from multiserver._errors import (
     MultiserverError,
     UnsafeDirectory,
 )
-from multiserver._paths import DaemonPaths, LockBusy, check_socket, try_lock
+from multiserver._paths import DaemonPaths, LockBusy, try_lock
+from multiserver._peer import verify_peer
 from multiserver._stale import remove_stale_socket
+from multiserver._trust import check_socket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,13 +79,15 @@ def remaining(deadline: float | None) -> float | None:
 
 def connect_blocking(path: Path, deadline: float | None = None) -> socket.socket:
     """A blocking connected socket to the daemon at ``path``; never starts
-    one. Raises as ``check_connectable`` and ``connect_error`` say, or
+    one. Raises as ``check_connectable`` and ``connect_error`` say,
+    UntrustedPeer (nothing sent) if the listener runs as another uid, or
     TimedOut."""
     check_connectable(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(remaining(deadline))
         sock.connect(str(path))
+        verify_peer(sock.fileno(), path)
     except TimeoutError:
         sock.close()
         raise TimedOut(f"{path}: the daemon did not accept in time") from None

@@ -20,6 +20,7 @@ import trio
 from multiserver._config import DaemonConfig, config_from_env
 from multiserver._errors import DaemonAlreadyRunning, DaemonNotRunning
 from multiserver._paths import DaemonPaths, LockBusy, try_lock
+from multiserver._peer import verify_peer
 from multiserver._spawn import (
     LOCK_POLL,
     check_connectable,
@@ -34,7 +35,8 @@ async def connect(path: Path) -> trio.socket.SocketType:
     """Connect to the daemon at ``path``; never starts one.
 
     Raises DaemonNotRunning if nothing listens there, UnsafeDirectory if the
-    socket or its dir fails the ownership checks (it is then never connected to).
+    socket or its dir fails the ownership checks (it is then never connected
+    to), UntrustedPeer if the listener runs as another uid (nothing is sent).
 
     Cancellation: nothing is left open.
     """
@@ -42,6 +44,7 @@ async def connect(path: Path) -> trio.socket.SocketType:
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         await sock.connect(str(path))
+        verify_peer(sock.fileno(), path)
     except OSError as exc:
         sock.close()
         raise connect_error(path, exc) from exc

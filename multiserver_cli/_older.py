@@ -79,11 +79,12 @@ def notice(welcome: Welcome, socket: Path) -> None:
 def _told(key: str) -> bool:
     """Whether ``key`` was said before; records it if not (best effort:
     a state dir that cannot be written says it again next time)."""
-    import os
+    from multiserver import MultiserverError, ensure_private_dir, state_dir
 
-    from multiserver import state_dir
-
-    path = os.path.join(state_dir(), TOLD)
+    try:
+        path = ensure_private_dir(state_dir()) / TOLD
+    except MultiserverError:
+        return False  # a state dir the checks refuse: said each time
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
@@ -92,7 +93,6 @@ def _told(key: str) -> bool:
     if key in lines:
         return True
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join([*lines[-99:], key]) + "\n")
     except OSError:

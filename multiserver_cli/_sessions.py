@@ -30,6 +30,7 @@ from multiserver import (
     find_sockets,
     record,
     replaced,
+    unsafe_socket_dirs,
 )
 from multiserver_cli._errors import CliError
 from multiserver_cli._names import (
@@ -153,10 +154,17 @@ def scan(number: int | None = None, *, foreground: bool = False, also: Iterable[
         for extra in dict.fromkeys(os.path.normpath(a) for a in also):
             if extra not in known and os.path.exists(extra):
                 sockets.append(Path(extra))
-    answers = at_once(sockets, lambda sock: _ask(sock, foreground))
+    # A socket dir nobody should trust is said once, even with no socket in
+    # it (missing, under a dir another user owns: no daemon can start
+    # there); the sockets in it are not asked, and count as silent.
+    unsafe = unsafe_socket_dirs(None if number is None else [sockets[0].parent])
+    asked = [s for s in sockets if s.parent not in unsafe]
+    answers = at_once(asked, lambda sock: _ask(sock, foreground))
     daemons = [a for a in answers if isinstance(a, DaemonView)]
-    silent = frozenset(str(s) for s, a in zip(sockets, answers, strict=True) if isinstance(a, str))
-    return Scan(daemons, [a for a in answers if isinstance(a, str)], silent)
+    problems = [str(exc) for exc in unsafe.values()] + [a for a in answers if isinstance(a, str)]
+    silent = [s for s, a in zip(asked, answers, strict=True) if isinstance(a, str)]
+    silent += [s for s in sockets if s.parent in unsafe]
+    return Scan(daemons, problems, frozenset(str(s) for s in silent))
 
 
 def survey(saved: Saved, number: int | None = None) -> Survey:

@@ -114,6 +114,12 @@ class Settings:
             return cls(path, {}, [])
         except OSError as exc:
             return cls(path, {}, [f"{path}: cannot read it: {exc.strerror}; not used"])
+        from multiserver import UnsafeDirectory, check_path_chain
+
+        try:  # after the read: what passes now, nobody else could change before
+            check_path_chain(path)
+        except UnsafeDirectory as exc:
+            return cls(path, {}, [f"{path} is not used: {exc}"])
         import tomllib
 
         try:

@@ -31,7 +31,13 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from multiserver import runtime_dir, write_whole
+from multiserver import (
+    MultiserverError,
+    check_private_dir,
+    ensure_private_dir,
+    runtime_dir,
+    write_whole,
+)
 
 _RECORD = re.compile(r"^([0-9a-f]+)-([0-9]+)$")
 DIR_NAME = "multiserver-shown"
@@ -60,19 +66,19 @@ def record(instance_id: str, child_id: int, shown: int) -> None:
     counting them, as the daemon does."""
     if not re.fullmatch(r"[0-9a-f]+", instance_id):
         return
-    d = _dir()
-    path = d / f"{instance_id}-{child_id}"
-    with contextlib.suppress(OSError):
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        write_whole(path, str(shown).encode())
+    with contextlib.suppress(OSError, MultiserverError):
+        d = ensure_private_dir(_dir())
+        write_whole(d / f"{instance_id}-{child_id}", str(shown).encode())
 
 
 def load() -> dict[Key, int]:
-    """Every record, by (daemon instance id, child id)."""
+    """Every record, by (daemon instance id, child id); none from a dir
+    another user could have written (``check_private_dir``)."""
     out: dict[Key, int] = {}
     try:
+        check_private_dir(_dir())
         names = os.listdir(_dir())
-    except OSError:
+    except (OSError, MultiserverError):
         return out
     for name in names:
         m = _RECORD.match(name)

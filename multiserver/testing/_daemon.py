@@ -19,8 +19,9 @@ from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
 from multiserver._core import Answer, RequestCore, command_not_found, launch_problem
 from multiserver._messages import Launch, Message
-from multiserver._paths import ensure_private_dir, fits_sun_path
+from multiserver._paths import fits_sun_path
 from multiserver._server import bind_listener
+from multiserver._trust import ensure_private_dir
 from multiserver._wire import IntakeBudget
 from multiserver.testing._behavior import Behavior
 from multiserver.testing._children import SimChild, _fake_pids

@@ -157,13 +157,11 @@ def quick(args: Namespace) -> int | None:
 
     from multiserver import (
         LockBusy,
-        UnsafeDirectory,
-        check_private_dir,
         ensure_private_dir,
         find_sockets,
-        socket_dirs,
         state_dir,
         try_lock,
+        unsafe_socket_dirs,
     )
     from multiserver_cli.commands import _report
     from restore import read_saved
@@ -179,12 +177,8 @@ def quick(args: Namespace) -> int | None:
     try:
         if read_saved(state) != [] or find_sockets():
             return None
-        for d in socket_dirs():
-            if os.path.lexists(d):
-                try:
-                    check_private_dir(d)
-                except UnsafeDirectory:
-                    return None  # the sweep's to report
+        if unsafe_socket_dirs():
+            return None  # the sweep's to report
         _say_holder(lock_fd)
         if not args.json:
             print(f"restoring 0 sessions of 0 daemons within {args.timeout:g} s", file=sys.stderr)

@@ -20,7 +20,13 @@ import os
 import re
 from pathlib import Path
 
-from multiserver import ensure_private_dir, record, write_whole
+from multiserver import (
+    UnsafeDirectory,
+    check_path_chain,
+    ensure_private_dir,
+    record,
+    write_whole,
+)
 from restore.remote._errors import HostSettingError, HostsFileError
 
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -176,10 +182,18 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
     HostsFileError, in one line, if it cannot be read."""
     path = path or hosts_path()
     try:
-        raw = json.loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise HostsFileError(f"cannot read the hosts file {path}: {exc}") from exc
+    try:  # after the read: what passes now, nobody else could change before
+        check_path_chain(path)
+    except UnsafeDirectory as exc:
+        raise HostsFileError(f"the hosts file {path} is not used: {exc}") from exc
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
         raise HostsFileError(f"cannot read the hosts file {path}: {exc}") from exc
     entries = raw.get("hosts") if isinstance(raw, dict) else None
     if not isinstance(entries, list):

@@ -28,7 +28,13 @@ from pathlib import Path
 import attrs
 import cattrs
 
-from multiserver import runtime_dir, unlink_if_same
+from multiserver import (
+    MultiserverError,
+    check_private_dir,
+    ensure_private_dir,
+    runtime_dir,
+    unlink_if_same,
+)
 from restore.store._schema import _exact
 
 DIR_NAME = "multiserver-held"
@@ -100,11 +106,13 @@ class HoldRecord:
         may then start the session again, as before."""
         if not re.fullmatch(r"[0-9a-f]+", hold.instance_id):
             return None
-        d = _dir()
+        try:
+            d = ensure_private_dir(_dir())
+        except MultiserverError:
+            return None
         path = d / f"{hold.instance_id}-{hold.child_id}"
         tmp = d / f".{path.name}.{os.getpid()}"
         try:
-            os.makedirs(d, mode=0o700, exist_ok=True)
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         except OSError:
             return None
@@ -147,11 +155,13 @@ def pid_alive(pid: int) -> bool:
 
 def live_holds() -> dict[Key, Hold]:
     """Every hold whose client still holds its record and whose child
-    lives, by (instance id, child id). Records nobody holds are removed."""
+    lives, by (instance id, child id). Records nobody holds are removed.
+    None from a dir another user could have written (``check_private_dir``)."""
     out: dict[Key, Hold] = {}
     try:
+        check_private_dir(_dir())
         names = os.listdir(_dir())
-    except OSError:
+    except (OSError, MultiserverError):
         return out
     for name in names:
         if _NAME.match(name) is None:

@@ -23,7 +23,7 @@ import json
 import os
 import sqlite3
 
-from multiserver import twin_structurers
+from multiserver import MultiserverError, check_private_dir, twin_structurers
 from restore.store import _light_model as twins
 from restore.store._rules import (
     BYTES_FIELDS,
@@ -132,11 +132,14 @@ def _read(conn: sqlite3.Connection) -> list[SessionLeaf]:
 
 def _connect(state: Path) -> sqlite3.Connection | None:
     """A connection to the store in ``state``, if a file that starts as
-    SQLite is there; else None (missing, empty, not SQLite: the store's)."""
+    SQLite is there, in a dir that passes ``check_private_dir``; else None
+    (missing, empty, not SQLite, a dir the checks refuse: the store's, which
+    says why)."""
     path = os.path.join(state, FILE_NAME)
     try:
+        check_private_dir(state)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    except (OSError, MultiserverError):
         return None
     with open(fd, "rb") as f:
         head = f.read(len(SQLITE_MAGIC))
