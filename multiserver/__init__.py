@@ -82,6 +82,7 @@ EXPORTS = {
         "describe_exit",
         "exit_status",
     ),
+    "multiserver._peer": ("verify_peer",),
     "multiserver._replay": ("ReplayEnd", "for_terminal", "strip_for_terminal"),
     "multiserver._results": ("ClaimResult", "LaunchResult", "PeekResult"),
     "multiserver._spawn": ("TimedOut", "spawn_detached"),

@@ -92,6 +92,9 @@ from multiserver._paths import (
     user_dir as user_dir,
     write_whole as write_whole,
 )
+from multiserver._peer import (
+    verify_peer as verify_peer,
+)
 from multiserver._platform import (
     set_winsize as set_winsize,
 )

@@ -42,7 +42,7 @@ def peer_uid(fd: int) -> int:
         sock.detach()
 
 
-def verify_peer(fd: int, path: Path) -> None:
+def verify_peer(fd: int, path: str | Path) -> None:
     """Raise UntrustedPeer unless the process listening at ``path``, on the
     other end of the connected socket ``fd``, runs as this uid. Call it
     right after ``connect`` and before anything is sent: a process of

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from multiserver import UntrustedPeer, verify_peer
 from restore.layout._layout import LayoutError, Op, OpenTab, SplitPane, kitty_pairs
 from restore.layout._terminals import COMMAND_TIMEOUT, ReadPane, ReadTab, TerminalError, run_control
 
@@ -78,6 +79,11 @@ class Kitty:
             with socket.socket(family, socket.SOCK_STREAM) as sock:
                 sock.settimeout(left())
                 sock.connect(where)
+                if family == socket.AF_UNIX:
+                    # Abstract names (@kitty) and dirs others can write: any
+                    # local user may have taken it first. Nothing is sent
+                    # to a kitty not the person's own.
+                    verify_peer(sock.fileno(), self.address)
                 sock.settimeout(left())
                 sock.sendall(data)
                 sock.shutdown(socket.SHUT_WR)
@@ -90,6 +96,8 @@ class Kitty:
                     answer += chunk
                     if len(answer) > _MAX_ANSWER:
                         raise TerminalError(f"{what}: kitty's answer is too large")
+        except UntrustedPeer as exc:
+            raise TerminalError(f"{what}: {exc}") from exc
         except TimeoutError as exc:
             raise TerminalError(
                 f"{what}: kitty did not answer within {COMMAND_TIMEOUT:g} s"

@@ -70,6 +70,27 @@ def test_a_kitty_that_drips_is_cut_at_the_call_s_bound(
     assert took < bound + TIMER_SLACK, took
 
 
+def test_a_kitty_socket_held_by_another_user_is_sent_nothing(tmp_path: Path) -> None:
+    """kitty's socket may be an abstract name, or in a dir others write:
+    another local user's listener there gets no command (issue 34)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another uid")
+    from tests.multiserver.other_user import NOBODY, fake_daemon, start_other_user
+
+    sock = tmp_path / "kitty.sock"
+    other = start_other_user(fake_daemon(sock))
+    try:
+        with pytest.raises(TerminalError) as caught:
+            Kitty.at(f"unix:{sock}").ls()
+    finally:
+        report = other.stop()
+    assert str(caught.value) == (
+        f"reading kitty's windows: unix:{sock}: the process listening runs as uid"
+        f" {NOBODY}, not 0; refusing to talk to it"
+    )
+    assert (report["connections"], report["bytes"]) == (1, 0), report
+
+
 # --- tmux, for real ---------------------------------------------------------------------
 
 TMUX = shutil.which("tmux")
