@@ -148,15 +148,19 @@ class KittyRun:
         return [t for w in self.ls() for t in w["tabs"]]
 
     def kill(self) -> None:
-        if self.proc is None:
-            return
-        pids = process_tree(self.proc.pid)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.proc.wait(10)
-        wait_until_sync(lambda: not any(is_alive(p) for p in pids), 5.0)
-        self.proc = None
+        if self.proc is not None:
+            kill_tree(self.proc)
+            self.proc = None
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``proc`` and every process under it, by pid; reap ``proc``."""
+    pids = process_tree(proc.pid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(10)
+    wait_until_sync(lambda: not any(is_alive(p) for p in pids), 5.0)
 
 
 @pytest.fixture
