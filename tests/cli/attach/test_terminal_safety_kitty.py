@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import attrs
 import pytest
@@ -59,7 +60,7 @@ print("kitty=" + (flags[1].decode() if flags else "?"))
 GIVEN_BACK = "1049=2 1000=2 1006=2 2004=2 25=1 kitty=0"
 
 
-async def _wait_text(k: KittyRun, pattern: str) -> str:
+async def wait_text(k: KittyRun, pattern: str) -> str:
     with trio.move_on_after(SCREEN_TIMEOUT):
         while True:
             text = await trio.to_thread.run_sync(lambda: k.at("get-text"))
@@ -68,6 +69,14 @@ async def _wait_text(k: KittyRun, pattern: str) -> str:
             await trio.sleep(POLL_INTERVAL * 4)
     text = k.at("get-text")
     raise AssertionError(f"kitty: {pattern!r} not shown within {SCREEN_TIMEOUT} s:\n{text}")
+
+
+async def assert_modes_given_back(k: KittyRun, asker: Path) -> None:
+    """Run ASK_MODES (written at ``asker``) in kitty's shell: each mode is
+    as the shell had it (``GIVEN_BACK``)."""
+    k.at("send-text", f"{sys.executable} {asker}\r")
+    text = await wait_text(k, r"^1049=\S+ .*kitty=\S+$")
+    assert GIVEN_BACK in text, text
 
 
 async def test_an_unterminated_string_then_detach_shows_the_line_and_resets_modes(
@@ -84,12 +93,10 @@ async def test_an_unterminated_string_then_detach_shows_the_line_and_resets_mode
     k = kittys("kitty")
     await trio.to_thread.run_sync(k.start, "sh")
     k.at("send-text", "multiserver attach osct\r")
-    await _wait_text(k, "full-screen")
+    await wait_text(k, "full-screen")
     k.at("send-text", "\x1c")  # Ctrl-\, the detach key
-    await _wait_text(k, r"^\[detached from osct\]")
-    k.at("send-text", f"{sys.executable} {asker}\r")
-    text = await _wait_text(k, r"^1049=\S+ .*kitty=\S+$")
-    assert GIVEN_BACK in text, text
+    await wait_text(k, r"^\[detached from osct\]")
+    await assert_modes_given_back(k, asker)
 
 
 FULL_SCREEN_THEN_SHELL = (
@@ -111,15 +118,15 @@ async def _rebooted_then_attached(ms_dirs: MsDirs, k: KittyRun) -> None:
     await wait_buffered(ms_dirs, "r", b"old-screen")
     await trio.to_thread.run_sync(k.start, "sh")
     k.at("send-text", "multiserver attach r\r")
-    await _wait_text(k, "old-screen")
+    await wait_text(k, "old-screen")
     k.at("send-text", "\x1c")  # the screen handed back is saved as the scrollback
-    await _wait_text(k, r"^\[detached from r\]")
+    await wait_text(k, r"^\[detached from r\]")
     await wait_saved("r", b"old-screen")
     await reboot(ms_dirs)
     await ms(ms_dirs, "restore")
     k.at("send-text", "clear; multiserver attach r\r")
-    await _wait_text(k, re.escape(RELAUNCH_MARKER))
-    await _wait_text(k, r"^in\$")
+    await wait_text(k, re.escape(RELAUNCH_MARKER))
+    await wait_text(k, r"^in\$")
 
 
 async def test_after_a_reboot_the_relaunched_shell_has_no_kitty_flags_nor_modes(
@@ -133,9 +140,7 @@ async def test_after_a_reboot_the_relaunched_shell_has_no_kitty_flags_nor_modes(
     asker.write_text(ASK_MODES)
     k = kittys("kitty")
     await _rebooted_then_attached(ms_dirs, k)
-    k.at("send-text", f"{sys.executable} {asker}\r")
-    text = await _wait_text(k, r"^1049=\S+ .*kitty=\S+$")
-    assert GIVEN_BACK in text, text
+    await assert_modes_given_back(k, asker)
 
 
 # Reads the 7 bytes one key sends under kitty flag 1 (ESC [ 9 9 ; 5 u for
@@ -169,15 +174,15 @@ async def test_after_a_reboot_ctrl_c_pressed_in_kitty_interrupts_sleep(
         while not is_dead(sleepers[0]):
             await trio.sleep(POLL_INTERVAL * 4)
     assert is_dead(sleepers[0]), f"Ctrl-C did not interrupt sleep:\n{k.at('get-text')}"
-    await _wait_text(k, r"^in\$ sleep 50\n(\^C\n)?in\$ ")
+    await wait_text(k, r"^in\$ sleep 50\n(\^C\n)?in\$ ")
     # Control: the key this test presses is the one the keyboard protocol
     # changes; with >1u on, the shell would have read it as text.
     under_flags = ms_dirs.root / "under_flags.sh"
     under_flags.write_text(UNDER_FLAGS)
     k.at("send-text", f"sh {under_flags}\r")
-    await _wait_text(k, r"^flags-on")
+    await wait_text(k, r"^flags-on")
     await trio.to_thread.run_sync(press, k, "ctrl+c")
-    await _wait_text(k, r"^ 1b 5b 39 39 3b 35 75$")
+    await wait_text(k, r"^ 1b 5b 39 39 3b 35 75$")
 
 
 @attrs.define
@@ -259,12 +264,12 @@ async def test_an_osc52_write_kept_in_a_session_leaves_the_clipboard_alone(
     # peek first: a detach hands the daemon the screen it showed, and that,
     # not the bytes the program printed, is what is kept after an attach.
     k.at("send-text", "clear; multiserver peek clip; echo peeked-$?\r")
-    await _wait_text(k, "^kept-after-52\n(.*\n)*peeked-0")
+    await wait_text(k, "^kept-after-52\n(.*\n)*peeked-0")
     assert x_clipboard.read() == mine
     await wait_buffered(ms_dirs, "clip", write + b"kept-after-52")  # still there to replay
     k.at("send-text", "clear; multiserver attach clip\r")
-    await _wait_text(k, "^kept-after-52")  # the replay went past the write
+    await wait_text(k, "^kept-after-52")  # the replay went past the write
     assert x_clipboard.read() == mine
     k.at("send-text", "\x1c")  # Ctrl-\, the detach key
-    await _wait_text(k, r"^\[detached from clip\]")
+    await wait_text(k, r"^\[detached from clip\]")
     assert x_clipboard.read() == mine

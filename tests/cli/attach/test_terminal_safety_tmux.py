@@ -123,6 +123,41 @@ async def test_an_unterminated_string_then_detach_shows_the_line_and_resets(
     assert tmux.flags() == GIVEN_BACK
 
 
+async def test_a_replayed_clear_keeps_the_terminals_history(
+    ms_dirs: MsDirs, tmux: TmuxWindow
+) -> None:
+    """Issue 34: a session that once ran ``clear`` kept its ``CSI 3 J``,
+    which erases the terminal's own history, the person's. Before, peek and
+    attach passed it on: tmux's history went from 72 lines to 0."""
+    for name in ("cleared", "control"):
+        await ms(ms_dirs, "new", "-d", "-n", name, "--", "sh", "-c", "clear; echo kept; sleep 600")
+        assert b"\x1b[3J" in await wait_buffered(ms_dirs, name, b"kept")
+
+    def history() -> int:
+        return int(tmux.tmux("display", "-p", "#{history_size}"))
+
+    tmux.line("seq 100")
+    await tmux.wait_screen(re.compile(r"^100$", re.M))
+    await tmux.wait_prompt()
+    kept = history()
+    assert kept >= 100 - 30, kept  # all but a screen's worth
+    tmux.line("multiserver peek cleared; echo peeked")
+    await tmux.wait_screen(re.compile(r"^peeked$", re.M))
+    assert history() >= kept
+    tmux.line(r'printf "\033[H\033[2J"')  # the shell's clear would erase the history
+    await tmux.wait(lambda: "peeked" not in tmux.screen(), "cleared")
+    tmux.line("multiserver attach cleared")
+    await tmux.wait_screen(re.compile(r"^kept$", re.M))
+    assert history() >= kept
+    tmux.keys("C-\\")
+    await tmux.wait_screen("[detached from cleared]")
+    await tmux.wait_prompt()
+    assert history() >= kept
+    # The same output byte-exact: tmux's history goes (the check can fail).
+    tmux.line("multiserver peek control | cat")
+    await tmux.wait(lambda: history() == 0, "with its history erased")
+
+
 # The session's program: the first run draws a full-screen program's screen
 # and leaves its modes on; run again (relaunched), it is an interactive shell.
 FULL_SCREEN_THEN_SHELL = (
