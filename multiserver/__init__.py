@@ -32,6 +32,15 @@ EXPORTS = {
     "multiserver._config": ("DaemonConfig", "config_from_env"),
     "multiserver._daemon_main": ("run_foreground",),
     "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
+    "multiserver._durable": (
+        "KEPT_OUTPUT",
+        "DurableOutput",
+        "bounded_argv",
+        "instance_dir",
+        "output_path",
+        "read_output",
+        "read_state",
+    ),
     "multiserver._ecma48": ("unfinished_at",),
     "multiserver._envconfig": ("MAX_BUFFER_LIMIT",),
     "multiserver._errors": (
@@ -70,7 +79,7 @@ EXPORTS = {
         "user_dir",
         "write_whole",
     ),
-    "multiserver._platform": ("set_winsize",),
+    "multiserver._platform": ("foreground", "set_winsize"),
     "multiserver._record": ("Twin", "mutable_record", "record"),
     "multiserver._screen": ("ScreenModes", "screen_reset"),
     "multiserver._proto": (

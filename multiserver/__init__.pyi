@@ -18,6 +18,15 @@ from multiserver._config import (
 from multiserver._daemon_main import (
     run_foreground as run_foreground,
 )
+from multiserver._durable import (
+    KEPT_OUTPUT as KEPT_OUTPUT,
+    DurableOutput as DurableOutput,
+    bounded_argv as bounded_argv,
+    instance_dir as instance_dir,
+    output_path as output_path,
+    read_output as read_output,
+    read_state as read_state,
+)
 from multiserver._ecma48 import (
     unfinished_at as unfinished_at,
 )
@@ -96,6 +105,7 @@ from multiserver._peer import (
     verify_peer as verify_peer,
 )
 from multiserver._platform import (
+    foreground as foreground,
     set_winsize as set_winsize,
 )
 from multiserver._proto import (

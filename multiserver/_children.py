@@ -25,12 +25,15 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import trio
 
 from multiserver import _platform
 from multiserver._buffer import OutputBuffer
 from multiserver._core import LaunchError, command_not_found
+from multiserver._durable import KEPT_OUTPUT
+from multiserver._keeping import OutputKeeper
 from multiserver._messages import ChildInfo, Launch
 from multiserver._osstr import escaped
 from multiserver._snapshot import BlobWriter, ChildState, blob as snapshot_blob
@@ -39,6 +42,7 @@ log = logging.getLogger("multiserver.daemon")
 
 # After SIGHUP, how long a lingering or force-stopped child gets before SIGKILL.
 KILL_GRACE = 5.0
+SHUTDOWN_CODES = frozenset({-signal.SIGHUP, -signal.SIGTERM, -signal.SIGKILL})
 READ_SIZE = 65536
 # The longest the drain loop reads before it lets the request handlers run.
 DRAIN_SLICE = 0.005
@@ -153,10 +157,11 @@ class Child:
             fg_argv=fg_argv,
         )
 
-    def read_some(self, limit: int) -> None:
+    def read_some(self, limit: int, keeper: OutputKeeper | None = None) -> None:
         """Read what the kernel holds now, up to about ``limit`` bytes, into
-        the buffer, without waiting; sets ``eof`` at the end of the PTY.
-        No checkpoint: a read and its append are never separated."""
+        the buffer (and ``keeper``), without waiting; sets ``eof`` at the
+        end of the PTY. No checkpoint: a read and its append are never
+        separated."""
         if self.master is None or self.eof:
             return
         got = 0
@@ -172,11 +177,13 @@ class Child:
                 self.eof = True
                 return
             self.buffer.append(data)
+            if keeper is not None:
+                keeper.wrote(self, data)
             got += len(data)
 
-    def read_available(self) -> None:
+    def read_available(self, keeper: OutputKeeper | None = None) -> None:
         """Everything the kernel holds now (for an exited child)."""
-        self.read_some(1 << 62)
+        self.read_some(1 << 62, keeper)
 
 
 class ChildTable:
@@ -191,9 +198,15 @@ class ChildTable:
         buffer_limit: int,
         on_exit: Callable[[Child], None],
         on_change: Callable[[], None],
+        output_dir: Path | None = None,
     ) -> None:
         self._nursery = nursery
         self._buffer_limit = buffer_limit
+        # Each unheld child's output, kept on disk as it comes (``_keeping``).
+        self.keeper = OutputKeeper(
+            output_dir if buffer_limit else None, min(buffer_limit, KEPT_OUTPUT)
+        )
+        self._ending = False
         self._on_exit = on_exit
         self._on_change = on_change
         self._children: dict[int, Child] = {}
@@ -227,6 +240,7 @@ class ChildTable:
             nursery.start_soon(self._drain_loop)
             nursery.start_soon(self._reap_loop)
             nursery.start_soon(self._trim_loop)
+            nursery.start_soon(self.keeper.run)
 
     def close(self) -> None:
         self._draining.clear()
@@ -262,7 +276,7 @@ class ChildTable:
                 child = self._draining.get(fd)
                 if child is None:
                     continue
-                child.read_some(READ_SIZE)
+                child.read_some(READ_SIZE, self.keeper)
                 if child.eof:
                     self._stop_draining(child)
                 if time.monotonic() >= slice_end:
@@ -282,6 +296,11 @@ class ChildTable:
         child.exit_code = code
         child.exited_at = time.time()
         child.exited.set()
+        # An end by a shutdown's signal (ours, or the machine's: SIGHUP,
+        # SIGTERM, SIGKILL) is not kept as the program's own: after the
+        # reboot, a restore starts the session again.
+        if not self._ending and code not in SHUTDOWN_CODES:
+            self.keeper.exited(child, code, child.exited_at)
         if child._linger_scope is not None:
             child._linger_scope.cancel()
         self._on_exit(child)
@@ -340,6 +359,7 @@ class ChildTable:
         """Nobody holds ``child`` from now: drain it, start its linger clock
         (with ``linger_left`` seconds instead of its whole linger: a clock
         that ran in the daemon before an upgrade)."""
+        self.keeper.unhold(child)
         self._start_draining(child)
         if child.linger is not None and child.running and child._linger_scope is None:
             left = child.linger if linger_left is None else min(linger_left, child.linger)
@@ -354,12 +374,15 @@ class ChildTable:
             child._linger_scope.cancel()
             child._linger_scope = None
         self._stop_draining(child)
+        self.keeper.hold(child)
 
     # --- across an upgrade (``_upgrade.py``) -------------------------------------
 
     def snapshot(self, blobs: BlobWriter) -> tuple[list[ChildState], int]:
         """(every child as it crosses an upgrade, the next child id).
-        Synchronous: nothing changes while it runs."""
+        Synchronous: nothing changes while it runs. What waits for the
+        output files is written first."""
+        self.keeper.flush_all()
         now = trio.current_time()
         states = []
         for child in self._children.values():
@@ -461,11 +484,15 @@ class ChildTable:
             with trio.move_on_after(KILL_GRACE):
                 await child.exited.wait()
 
-    def collect(self, child: Child) -> None:
-        """Remove a child from the table and close its master."""
+    def collect(self, child: Child, *, forget_output: bool = True) -> None:
+        """Remove a child from the table and close its master; its kept
+        output goes too, unless ``forget_output`` is false (a shutdown: a
+        restore may want it)."""
         self._stop_draining(child)
         if not child.running:
-            child.read_available()
+            child.read_available(None if forget_output else self.keeper)
+        if forget_output:
+            self.keeper.forget(child)
         self._note_freed(len(child.buffer))
         self._children.pop(child.id, None)
         if child.master is not None:
@@ -479,6 +506,7 @@ class ChildTable:
 
         Cancellation: none (shielded).
         """
+        self._ending = True
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
                 for child in self:
@@ -486,7 +514,8 @@ class ChildTable:
                         nursery.start_soon(self.end, child)
             for child in self:
                 if not child.running:
-                    self.collect(child)
+                    self.collect(child, forget_output=False)
+            self.keeper.flush_all()
 
 
 def _killpg(pid: int, sig: int) -> None:

@@ -45,6 +45,7 @@ import trio
 
 from multiserver import _codec, _platform
 from multiserver._config import DaemonConfig
+from multiserver._durable import instance_dir
 from multiserver._errors import DaemonAlreadyRunning
 from multiserver._files import DaemonFiles
 from multiserver._origin import DaemonOrigin, Started, read_origin
@@ -78,6 +79,7 @@ async def _run(
     """Serve on ``paths`` holding the lock ``lock_fd`` (taken over). Raises
     DaemonAlreadyRunning if a live daemon answers on the socket path."""
     daemon = Daemon(config)
+    daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
     origin = DaemonOrigin(
         os.getpid(), daemon.instance_id, started, config.idle_exit, started_at=time.time()
@@ -181,6 +183,7 @@ async def _resumed(
     """The new code after an upgrade: take over the daemon's files, children
     and connections from ``snapshot``, and serve."""
     daemon = Daemon(config, instance_id=snapshot.instance_id)
+    daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
     started = (
         snapshot.started
         if snapshot.started in ("on-demand", "service", "foreground")

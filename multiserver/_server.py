@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
@@ -55,6 +56,9 @@ class Daemon:
         # Set by the process that serves it from its files (``_daemon_main``):
         # without them (the simulator, a bare ``serve``) it cannot upgrade.
         self.files: _upgrade.DaemonFiles | None = None
+        # Where each child's output is kept on disk (``_keeping``); None:
+        # nowhere (the simulator, a bare ``serve``).
+        self.output_dir: Path | None = None
         self._upgrading = False
         self._accepting = trio.CancelScope()
         self._listener: Listener | None = None
@@ -108,6 +112,7 @@ class Daemon:
                     buffer_limit=self.config.buffer_limit,
                     on_exit=self._on_exit,
                     on_change=self._on_change,
+                    output_dir=self.output_dir,
                 )
                 self._core = RequestCore(
                     self._children,

@@ -65,15 +65,12 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def save_summary(total: int, live: int, changed: int, outputs: int | None = None) -> str:
+def save_summary(total: int, live: int, changed: int) -> str:
     """What ``save`` did: every saved session is saved; ``live`` of them
-    were asked for their cwd and title, ``changed`` of those had moved on;
-    ``outputs``: how many had what they showed kept (``--scrollback``)."""
+    were asked for their cwd and title, ``changed`` of those had moved on."""
     if total == 0:
         return "nothing to save: no saved sessions"
     line = f"saved {plural(total, 'session')} ({changed} updated"
-    if outputs is not None:
-        line += f", scrollback of {outputs} kept"
     if total > live:
         gone = total - live
         line += f"; {gone} not running, kept as {'it was' if gone == 1 else 'they were'}"

@@ -261,6 +261,16 @@ def saved_end(resolution: Resolution | Located) -> SessionLeaf | None:
     saved output is all there is to show."""
     if isinstance(resolution, SavedOnly):
         leaf = resolution.session.leaf
-        if leaf is not None and leaf.exit_code is not None:
-            return leaf
+        if leaf is None:
+            return None
+        from restore import kept_fields, kept_scrollback
+
+        # What its daemon kept on disk is newer than the saved leaf.
+        kept = kept_fields(leaf.ref)
+        code = kept.get("exit_code", leaf.exit_code)
+        if isinstance(code, int):
+            from multiserver import replaced
+
+            scrollback = kept_scrollback(leaf.ref) if "size" in kept else leaf.scrollback
+            return replaced(leaf, exit_code=code, scrollback=scrollback)
     return None

@@ -238,10 +238,13 @@ def close_pending(store: ArrangementStore | None, name: str) -> bool:
 
 
 def complete_close(store: ArrangementStore | None, name: str, ref: RestorationRef | None) -> None:
+    """The close of ``name`` done: forgotten by the store, and what its
+    daemon kept of it on disk gone (its child is gone: nobody writes it)."""
+    from restore import StoreError, forget_kept
+
+    forget_kept(ref)
     if store is None:
         return
-    from restore import StoreError
-
     try:
         store.complete_close(name, ref)
     except StoreError as exc:

@@ -46,6 +46,7 @@ EXPORTS = {
         "ref_key",
     ),
     "restore.store._rules": ("SCROLLBACK_LIMIT", "bounded_scrollback"),
+    "restore._kept": ("forget_kept", "kept_fields", "kept_scrollback", "with_kept_state"),
     "restore.store._schema": ("PendingClose",),
     "restore.store._outline": ("add_saved", "read_saved"),
     # A saved session as read_saved gives it and add_saved takes it.

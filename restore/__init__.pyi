@@ -4,6 +4,12 @@
 from restore._build import (
     RestoredSession as RestoredSession,
 )
+from restore._kept import (
+    forget_kept as forget_kept,
+    kept_fields as kept_fields,
+    kept_scrollback as kept_scrollback,
+    with_kept_state as with_kept_state,
+)
 from restore._owner import (
     LATE_SUFFIX as LATE_SUFFIX,
     late_name as late_name,

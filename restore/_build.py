@@ -27,6 +27,7 @@ from multiserver import (
     default_daemon_number,
     describe_exit,
 )
+from restore._kept import forget_kept, kept_scrollback
 from restore._partial import DaemonAttachment, PhaseResult
 from restore._plan import (
     ClaimAnswer,
@@ -56,6 +57,7 @@ from restore.store._held import Hold, Key, live_holds
 from restore.store._model import (
     Arrangement,
     PendingLaunch,
+    RestorationRef,
     SavedOutput,
     SessionLeaf,
 )
@@ -396,9 +398,14 @@ async def _record(
     launched: list[RestoredSession] = []
     unasked: list[str] = []
     found: list[tuple[RestoredSession, Client, ChildInfo]] = []
+    # The children whose kept output went into a relaunch's notice.
+    consumed: dict[str, RestorationRef | None] = {}
     for r in batch:
         outcome, at = attempts[r.session.leaf.name]
+        old_ref = r.session.leaf.ref
         _apply(r, outcome, relauncher)
+        if isinstance(outcome, Launched) and outcome.found is None:
+            consumed[r.session.leaf.name] = old_ref
         r.session.elapsed = r.pending.waited + (at - r.t0)
         if isinstance(outcome, Launched):
             launched.append(r.session)
@@ -410,6 +417,9 @@ async def _record(
         return found
     if launched:
         await _save_all(launched, store.update_sessions, [s.leaf for s in launched])
+        for session in launched:  # the notice is saved: what it came from goes
+            if session.saved and session.leaf.name in consumed:
+                forget_kept(consumed[session.leaf.name])
     if unasked and relauncher.intent is not None:
         with contextlib.suppress(StoreError):  # the next restore settles them
             await trio.to_thread.run_sync(store.modify, _drop_intents(unasked, relauncher.intent))
@@ -547,7 +557,9 @@ def _shown_last(leaf: SessionLeaf, att: DaemonAttachment | None) -> SessionLeaf:
     its ended child, if it was claimed (newer than the saved one)."""
     result = None if att is None else att.claimed.get(leaf.name)
     if result is None or not result.output:
-        return leaf
+        # Its daemon gone: what it kept on disk (newer than the saved one).
+        kept = kept_scrollback(leaf.ref)
+        return leaf if kept is None else attrs.evolve(leaf, scrollback=kept)
     return attrs.evolve(leaf, scrollback=result.output)
 
 

@@ -21,6 +21,7 @@ import trio
 from multiserver import Client, MultiserverError
 from restore._build import RestoredSession, build_sessions
 from restore._intents import Settlement, settle_launches
+from restore._kept import with_kept_state
 from restore._partial import DaemonAttachment, PartialAttachPhase, PhaseResult
 from restore._plan import Options, RestoreDeadline, Settled, plan_restore
 from restore.remote._restore import HostAttachment, restore_hosts
@@ -196,7 +197,9 @@ async def _restore_here(
     if on_settled is not None:
         for settled in settlement.settled:
             on_settled(settled)
-    plan = plan_restore(settlement.arrangement)
+    # What the daemons kept on disk of their sessions (exit codes, where
+    # each was): newer than the saved arrangement when a daemon is gone.
+    plan = plan_restore(settlement.arrangement.map_leaves(with_kept_state))
     phase = PartialAttachPhase(
         plan, on_late=on_late, keep_output=keep_output, on_arrival=on_arrival
     )

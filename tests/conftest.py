@@ -257,31 +257,6 @@ def stop_daemon_sync(pid: int) -> None:
         wait_until_sync(lambda: not is_alive(pid), STOP_TIMEOUT)
 
 
-def saver_pid(runtime: Path) -> int | None:
-    """The pid of the saver holding its lock in ``runtime`` (it writes it
-    there), if one holds it."""
-    from multiserver import lock_is_held
-    from multiserver_cli._autosave import LOCK_NAME
-
-    lock = runtime / LOCK_NAME
-    if not lock_is_held(lock):
-        return None
-    try:
-        return int(lock.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def stop_saver_sync(runtime: Path) -> None:
-    """Stop the saver of ``runtime``'s dirs, if one runs (by its pid)."""
-    pid = saver_pid(runtime)
-    if pid is None or not is_alive(pid):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    wait_until_sync(lambda: not is_alive(pid), STOP_TIMEOUT)
-
-
 async def stop_daemon(daemon: RunningDaemon) -> None:
     """Stop one daemon started by a test, and everything it runs, by pid."""
     pid = daemon.pid
@@ -350,17 +325,14 @@ def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
     """Fresh runtime and state dirs under /tmp (short, so ``sun_path`` fits).
 
     MULTISERVER_IDLE_EXIT is "never" so a daemon does not vanish between two
-    steps of a test; MULTISERVER_BUFFER_LIMIT is unset (1 MiB);
-    MULTISERVER_SAVER is "off" (``new`` and ``restore`` start no saver,
-    a process the test would not know). A test that wants other settings
-    sets them before it starts its daemon.
+    steps of a test; MULTISERVER_BUFFER_LIMIT is unset (1 MiB). A test that
+    wants other settings sets them before it starts its daemon.
     """
     root = Path(tempfile.mkdtemp(prefix="ms-", dir="/tmp"))
     runtime, state = root / "run", root / "state"
     monkeypatch.setenv("MULTISERVER_RUNTIME_DIR", str(runtime))
     monkeypatch.setenv("MULTISERVER_STATE_DIR", str(state))
     monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "never")
-    monkeypatch.setenv("MULTISERVER_SAVER", "off")
     # hosts.json: never the user's (a test that saves a host writes here).
     monkeypatch.setenv("MULTISERVER_CONFIG_DIR", str(root / "config"))
     monkeypatch.delenv("MULTISERVER_BUFFER_LIMIT", raising=False)
@@ -381,7 +353,6 @@ def ms_dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[MsDirs]:
         # in this test's dirs (the fallback dir is under root too), by pid.
         for pid in daemon_pids_under(root):
             stop_daemon_sync(pid)
-        stop_saver_sync(runtime)
         shutil.rmtree(root, ignore_errors=True)
 
 

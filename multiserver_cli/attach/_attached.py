@@ -32,7 +32,7 @@ from multiserver import (
 )
 from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
-from multiserver_cli._scrollback import SaveScreen, ScreenSaver
+from multiserver_cli._scrollback import ScreenKeeper
 from multiserver_cli.attach import _proxy
 from multiserver_cli.attach._daemon_gone import DaemonGone
 from multiserver_cli.attach._tty import is_terminal, relay_broken, sizes_to, terminal_size
@@ -124,7 +124,7 @@ def run_attached(
     redraw: Redraw,
     say: Say,
     close_exited: CloseExited,
-    save_screen: SaveScreen | None = None,
+    keeper: ScreenKeeper | None = None,
 ) -> int:
     """Attach this terminal to ``child`` whose ``master`` we hold (and own).
     A program that exits meanwhile is closed with ``close_exited``.
@@ -133,10 +133,10 @@ def run_attached(
     Two loops: the copy loop (``_proxy.proxy``, in a thread: terminal <->
     PTY) and this thread's, which answers the daemon's notices (taken
     elsewhere, exited) and signals (a size change, a hangup), stops the
-    copy loop through its ``ctl`` pipe, and, with ``save_screen``, saves
-    what the terminal shows while output flows (``_scrollback``) and once
-    more when the session is released (not when it was taken
-    elsewhere, whose new holder saves it, nor when it exited).
+    copy loop through its ``ctl`` pipe, and, with ``keeper``, writes what
+    the session shows to its output file while output flows
+    (``_scrollback``) and once more before it is given back (or taken
+    elsewhere, or it ended: the file is whole for whoever writes next).
     """
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     if not is_terminal(stdin):
@@ -155,7 +155,6 @@ def run_attached(
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_w, False)
     outcome = _Outcome()
-    saver: ScreenSaver | None = None
     # Should the daemon die meanwhile: the session goes on, said so (_daemon_gone).
     gone = DaemonGone.watching(client, child, master, ctl_w)
     copier: threading.Thread | None = None
@@ -170,6 +169,8 @@ def run_attached(
             # The replay without its queries; the filter drops the terminal's
             # answers to what was missed.
             answers = screen.replay(replay, answers_to=stdin)
+            if keeper is not None:
+                screen.keep = keeper.live
             try:
                 _redraw(client, child, master, terminal_size(stdin), redraw)
             except ConnectionClosed:  # it died as we came: go on without it
@@ -186,11 +187,9 @@ def run_attached(
                 finally:
                     os.write(done_w, b"x")
 
-            if save_screen is not None:
-                saver = ScreenSaver(screen, save_screen)
             copier = threading.Thread(target=copy, name="copy", daemon=True)
             copier.start()
-            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, gone, saver)
+            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, gone, keeper)
             copier.join()
             copier = None
             if outcome.exit_code is not None:
@@ -199,11 +198,13 @@ def run_attached(
         if copier is not None:  # an error in this thread: stop the copy loop first
             os.write(ctl_w, b"x")
             copier.join()
+        if keeper is not None:  # before the session is given back: the daemon writes next
+            keeper.last()
         for fd in (ctl_r, ctl_w, done_r, done_w, sig_r, sig_w, master):
             os.close(fd)
         gone.forget()  # the hold, if its daemon died, ended with the master
 
-    return _ended(client, child, outcome, gone, shown, say, close_exited, save_screen)
+    return _ended(client, child, outcome, gone, shown, say, close_exited)
 
 
 def _ended(
@@ -214,14 +215,12 @@ def _ended(
     shown: OutputBuffer,
     say: Say,
     close_exited: CloseExited,
-    save_screen: SaveScreen | None,
 ) -> int:
     """The attachment is over, the master closed: what became of the
     session, said on the terminal (which showed ``shown``), and the exit
     status for the command. Its daemon gone, nothing is released or
     collected; taken elsewhere, its new holder has it; exited, it is
-    closed; else it is released with the screen it leaves behind, saved
-    as its scrollback once more."""
+    closed; else it is released with the screen it leaves behind."""
     name = child.name
     if gone.happened:  # nothing to release to, nothing to collect from
         return gone.finish(
@@ -239,8 +238,6 @@ def _ended(
     client.release([child.id], replace_output=kept)
     # So that ls counts as WAITING only what comes after this screen.
     _shown.record(client.instance_id, child.id, len(kept))
-    if save_screen is not None:
-        save_screen(kept, True)
     if outcome.signal is not None:
         return 128 + outcome.signal
     if outcome.reason == _proxy.TERMINAL_GONE:
@@ -261,7 +258,7 @@ def _watch(
     done_r: int,
     ctl_w: int,
     gone: DaemonGone,
-    saver: ScreenSaver | None = None,
+    saver: ScreenKeeper | None = None,
 ) -> None:
     """Until the copy loop returns: answer notices and signals; stop the
     copy loop (``ctl_w``) when the session is taken, exits or we are told to

@@ -25,7 +25,6 @@ import errno
 import os
 import select
 import termios
-import threading
 import time
 import tty
 from collections.abc import Callable, Iterator
@@ -110,32 +109,18 @@ class Screen:
     ``fd``, outside the copy loop). Everything shown is recorded: in
     ``shown`` (exact: the program's bytes as the terminal got them, its
     queries removed from a replay, nothing of this client's own) and in
-    ``modes``. ``recorded`` counts every byte recorded: it grows while
-    output flows.
-
-    The copy loop records from its thread; another thread reads what was
-    shown with ``snapshot`` only (a lock, uncontended but for that copy,
-    keeps the two apart)."""
+    ``modes``."""
 
     def __init__(self, fd: int, shown: OutputBuffer) -> None:
         self.fd = fd
         self.shown = shown
         self.modes = ScreenModes()
-        self.recorded = 0
-        self._lock = threading.Lock()
         self._replay_end: ReplayEnd | None = None  # see ``live``
+        self.keep: Callable[[bytes], None] | None = None  # the live output kept on disk too
 
     def record(self, data: bytes) -> None:
-        with self._lock:
-            self.shown.append(data)
-            self.recorded += len(data)
+        self.shown.append(data)
         self.modes.feed(data)
-
-    def snapshot(self) -> tuple[bytes, int]:
-        """What was shown (``shown``'s bytes) and ``recorded`` at that
-        moment, from any thread."""
-        with self._lock:
-            return self.shown.peek()[0], self.recorded
 
     def replay(self, replay: bytes, *, answers_to: int | None) -> AnswerFilter | None:
         """Write what of ``replay`` draws (a sequence its end cuts: see
@@ -151,16 +136,15 @@ class Screen:
         return AnswerFilter(deadline=time.monotonic() + ANSWER_WAIT) if ask else None
 
     def live(self, data: bytes) -> bytes:
-        """What of the program's live output ``data`` to write, recorded:
-        as it came, once it has finished the replay's cut end (written as
-        a replay's is)."""
-        end = self._replay_end
-        if end is not None:
+        """What of the program's live output ``data`` to write, recorded
+        (and kept): as it came, once it has finished the replay's cut end."""
+        if (end := self._replay_end) is not None:
             data = end.feed(data)
-            if not end.pending:
-                self._replay_end = None
+            self._replay_end = end if end.pending else None
         if data:
             self.record(data)
+            if self.keep is not None:
+                self.keep(data)
         return data
 
     def drain_rest(self, master: int) -> None:

@@ -126,7 +126,8 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
         child = replaced(result.child, name=name)
-        replay = _state.take_notice(saved, name) + result.output
+        notice = _state.take_notice(saved, name)
+        replay = notice + result.output
         if result.dropped:
             replay = (
                 f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
@@ -134,7 +135,7 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
             )
         if result.master is None:
             return _attached.attach_exited(client, child, replay, say, _closer(saved))
-        return attach_held(args, client, child, result.master, replay, saved)
+        return attach_held(args, client, child, result.master, replay, saved, notice)
 
 
 def attach_held(
@@ -144,16 +145,23 @@ def attach_held(
     master: int,
     replay: bytes,
     saved: Saved,
+    notice: bytes = b"",
 ) -> int:
     """Be the terminal of ``child``, whose ``master`` this client holds
-    (``_attached.run_attached``): its close and what it shows kept in
-    ``saved``'s store (opened when first written), and, in a tmux pane or a kitty window, the layout saved
-    with it where it is shown (``_pane``, in the background)."""
-    from multiserver_cli import _pane, _scrollback
+    (``_attached.run_attached``): its close kept in ``saved``'s store
+    (opened when first written), what it shows in its output file (a
+    relaunch's ``notice`` first: shown now, it lives on past the next
+    reboot), and, in a tmux pane or a kitty window, the layout saved with
+    it where it is shown (``_pane``, in the background)."""
+    from multiserver_cli import _pane
+    from multiserver_cli._scrollback import ScreenKeeper
     from multiserver_cli.attach import _attached
     from multiserver_cli.attach._tty import say
 
     _pane.track_pane(child.name)
+    keeper = ScreenKeeper.for_child(client.socket_path, client.instance_id, child.id, master)
+    if keeper is not None and notice:
+        keeper.shown_notice(notice)
     return _attached.run_attached(
         client,
         child,
@@ -163,9 +171,7 @@ def attach_held(
         redraw=args.redraw,
         say=say,
         close_exited=_closer(saved),
-        save_screen=_scrollback.screen_saver(
-            saved.store, client.socket_path, client.instance_id, child.id
-        ),
+        keeper=keeper,
     )
 
 

@@ -63,7 +63,12 @@ def run(args: Namespace) -> int:
     # daemon gone (kept until seen: attach, peek), and programs gone (a
     # reboot, `stop --force`), which restore starts again. Their names are
     # taken: ls lists them, so as never to say "no sessions" meanwhile.
-    kept = [(s.leaf, _saved_state(s)) for s in every if s.child is None and s.leaf is not None]
+    holds = _holds(every)
+    kept = [
+        (_as_kept(s.leaf), _saved_state(s, holds))
+        for s in every
+        if s.child is None and s.leaf is not None
+    ]
     records = _shown.load()
     waiting = [_waiting(s, records) for s in rows]
     _shown.prune(
@@ -176,18 +181,47 @@ def child_json(
     }
 
 
+def _as_kept(leaf: SessionLeaf) -> SessionLeaf:
+    """A saved leaf as its daemon last kept it on disk (newer than the
+    saved arrangement): where its program was, and how it ended."""
+    from multiserver import replaced
+    from restore import kept_fields, kept_scrollback
+
+    found = kept_fields(leaf.ref)
+    changes: dict[str, object] = {k: found[k] for k in ("cwd", "exit_code") if k in found}
+    if "size" in found:  # what attach would show of it (WAITING)
+        changes["scrollback"] = kept_scrollback(leaf.ref)
+    return replaced(leaf, **changes) if changes else leaf
+
+
 def _note(s: Session) -> str | None:
     """What STATE adds about a live session: whose late original it is."""
     return f"late original of {s.late_of}" if s.late_of else None
 
 
-def _saved_state(s: Session) -> str:
+def _holds(every: list[Session]) -> dict[tuple[str, int], int]:
+    """The clients still holding a session whose daemon died (restore's
+    ``live_holds``: it leaves those alone), by (instance, child): their pids.
+    Read only when some saved session has no live child."""
+    if all(s.child is not None or s.leaf is None for s in every):
+        return {}
+    from restore import live_holds
+
+    return {key: hold.client_pid for key, hold in live_holds().items()}
+
+
+def _saved_state(s: Session, holds: dict[tuple[str, int], int]) -> str:
     """STATE of a saved session with no live child: how its program ended
-    (kept until seen), or why it is not running and what brings it back."""
+    (kept until seen), held by a client whose daemon died (as restore says
+    it), or why it is not running and what brings it back."""
     from multiserver import describe_exit
     from multiserver_cli._names import SavedOnly
     from multiserver_cli._sessions import saved_end
 
+    ref = s.leaf.ref if s.leaf is not None else None
+    client = None if ref is None else holds.get((ref.instance_id, ref.child_id))
+    if client is not None:
+        return f"held by a client whose daemon died (pid {client}); restore leaves it alone"
     ended = saved_end(SavedOnly(s))
     if ended is not None:
         assert ended.exit_code is not None

@@ -164,7 +164,6 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
     with ``-d``, print its name)."""
     from multiserver import DaemonPaths, dial_blocking, launch_env
     from multiserver_cli import _state
-    from multiserver_cli._autosave import ensure_saver
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach._tty import terminal_size
     from multiserver_cli.commands.attach import attach_held
@@ -201,7 +200,6 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
         )
         if args.relaunch is not None:
             _keep_screen(saved, launched.child.name, screen, args.relaunch)
-        ensure_saver()  # what it shows is kept while nobody holds it
         if args.detach:
             print(printable(launched.child.name))
             return 0
@@ -218,9 +216,16 @@ def _saved_screen(saved: Saved, name: str) -> SessionLeaf | None:
     from restore import StoreError
 
     try:
-        return store.load().find(name)
+        leaf = store.load().find(name)
     except StoreError:
         return None
+    if leaf is None:
+        return None
+    from multiserver import replaced
+    from restore import kept_scrollback
+
+    kept = kept_scrollback(leaf.ref)  # what its daemon kept on disk: the newest
+    return leaf if kept is None else replaced(leaf, scrollback=kept)
 
 
 def _keep_screen(saved: Saved, name: str, old: SessionLeaf | None, why: str) -> None:

@@ -137,10 +137,6 @@ async def run(args: Namespace) -> int:
         out = await _restore(args)
         if out is None:
             return 1
-        if out["sessions"]:
-            from multiserver_cli._autosave import ensure_saver
-
-            ensure_saver()  # what the sessions show from now on is kept
         _report.write_report(report, out)
         return _report.show(await _opened(out, args), args.json, args.open == "print")
     finally:

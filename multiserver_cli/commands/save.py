@@ -1,9 +1,10 @@
 """``multiserver save``: the saved arrangement brought up to date with the
-sessions: every live session's cwd and title (its foreground process's);
-with ``--scrollback``, what each session nobody holds shows; with
-``--every S``, again every S seconds until stopped (``_saver``, for the
-login service). ``--from kitty|tmux`` saves that terminal's layout
-instead: its windows, tabs and splits, and which session each pane shows.
+sessions now: every live session's cwd and title (its foreground
+process's; ``_saver``). What sessions show needs no saving: their daemon
+keeps it on disk as it comes (``--scrollback`` and ``--every``, which an
+older login service runs, say so and exit 0). ``--from kitty|tmux`` saves
+that terminal's layout instead: its windows, tabs and splits, and which
+session each pane shows.
 
 Which session a pane shows is told by the processes running in it: one of
 them is ``multiserver attach NAME`` (or ``multiserver new -n NAME``, or a
@@ -26,30 +27,16 @@ from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import attach, new
 
 NAME = "save"
-HELP = "refresh the saved cwd and title of every live session (--scrollback: and what it shows)"
-EXAMPLE = "multiserver save --scrollback --every 5"
+HELP = "refresh the saved cwd and title of every live session, or save a terminal's layout"
+EXAMPLE = "multiserver save --from tmux"
 
 
 def add_arguments(p: ArgumentParser) -> None:
-    p.add_argument(
-        "--scrollback",
-        action="store_true",
-        help="also keep what each session not attached anywhere shows (its newest 256 KiB),"
-        " for the first attach after a reboot; attached sessions are kept by their client",
-    )
-    p.add_argument(
-        "--every",
-        type=float,
-        metavar="S",
-        help="keep saving, every S seconds (1 to 86400), until stopped (SIGTERM: one last save);"
-        " one per user: for the login service",
-    )
-    p.add_argument(
-        "--until-idle",
-        action="store_true",
-        help="--every: stop once no saved session runs (what new and restore start"
-        " when no saver runs; MULTISERVER_SAVER=off: they do not)",
-    )
+    # What an older login service runs (``save --scrollback --every 5``):
+    # the daemon keeps what sessions show now; said once, exit 0.
+    p.add_argument("--scrollback", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--every", type=float, metavar="S", help=argparse.SUPPRESS)
+    p.add_argument("--until-idle", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--from",
         dest="from_terminal",
@@ -83,22 +70,20 @@ def run(args: Namespace) -> int:
     from multiserver_cli import _saver, _state
     from multiserver_cli._format import save_summary
 
-    saver = _saver.Saver(scrollback=args.scrollback, number=_args.only_daemon(args))
-    if args.every is not None:
-        if not _saver.MIN_EVERY <= args.every <= _saver.MAX_EVERY:
-            raise CliError(
-                f"--every must be from {_saver.MIN_EVERY:g} to {_saver.MAX_EVERY:g} seconds", 2
-            )
-        return _saver.run_every(args.every, saver, until_idle=args.until_idle)
-    if args.until_idle:
-        raise UsageError("--until-idle goes with --every")
+    if args.every is not None or args.until_idle or args.scrollback:
+        _state.warn(
+            "what sessions show is kept by their daemon now, as it comes: nothing to run"
+            " (multiserver service install brings an older login service up to date)"
+        )
+        return 0
+    saver = _saver.Saver(number=_args.only_daemon(args))
     with _state.open_store() as store:
         if store is None:
             return 1
         report = saver.run_pass(store)
     for problem in report.problems:
         _state.warn(problem)
-    print(save_summary(report.total, report.live, report.changed, report.outputs), file=sys.stderr)
+    print(save_summary(report.total, report.live, report.changed), file=sys.stderr)
     return 0
 
 

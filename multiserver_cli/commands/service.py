@@ -104,12 +104,18 @@ def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
         return 1
     for path, data in manager.files(spec, paths).items():
         _write(path, data)
+    retired = manager.retired()
+    manager.retire()  # an earlier version's saver: the daemon keeps what sessions show
+    for path in retired:
+        path.unlink(missing_ok=True)
     manager.enable()
     print(
         f"installed {manager.jobs()} in {manager.dir}: daemon {spec.daemon} stays up, started"
-        f" by {manager.name}, `multiserver restore --timeout {spec.restore_timeout:g}` runs"
-        " at login, and the scrollback is saved every few seconds"
+        f" by {manager.name}, and `multiserver restore --timeout {spec.restore_timeout:g}`"
+        " runs at login"
     )
+    if retired:
+        print(f"removed {', '.join(p.name for p in retired)}: the daemon keeps what sessions show")
     if isinstance(manager, Systemd) and (linger := manager.linger()) is not True:
         print(linger_line(linger))
     running = _running.running(paths)
@@ -124,13 +130,14 @@ def _install(manager: Manager, spec: ServiceSpec, paths: DaemonPaths) -> int:
 def _uninstall(manager: Manager, paths: DaemonPaths) -> int:
     from multiserver_cli import _running
 
-    installed = [p for p in manager.files(_any_spec(), paths) if p.exists()]
+    installed = [p for p in manager.files(_any_spec(), paths) if p.exists()] + manager.retired()
     if not installed:
         print(f"nothing to remove: no multiserver service in {manager.dir}")
         return 0
     running = _running.running(paths)
     keep = running is not None and running.service and running.sessions > 0
     if manager.problem() is None:
+        manager.retire()
         manager.disable(stop_daemon=not keep)
     for path in installed:
         path.unlink(missing_ok=True)

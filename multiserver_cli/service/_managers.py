@@ -28,15 +28,13 @@ from multiserver_cli.service._units import (
     DAEMON_UNIT,
     RESTORE_AGENT,
     RESTORE_UNIT,
-    SAVE_AGENT,
-    SAVE_UNIT,
+    RETIRED_SAVE_AGENT,
+    RETIRED_SAVE_UNIT,
     ServiceSpec,
     launchd_daemon_agent,
     launchd_restore_agent,
-    launchd_save_agent,
     systemd_daemon_unit,
     systemd_restore_unit,
-    systemd_save_unit,
 )
 
 # A bound on each systemctl, loginctl or launchctl run.
@@ -93,13 +91,19 @@ class Manager(Protocol):
     def files(self, spec: ServiceSpec, paths: DaemonPaths) -> dict[Path, bytes]:
         """Every file install writes, by path."""
 
+    def retired(self) -> list[Path]:
+        """The files of an earlier version's jobs this one has not (the saver)."""
+
+    def retire(self) -> None:
+        """Stop and unload those jobs; their files are removed after."""
+
     def enable(self) -> None:
         """After the files are written: load and enable them; start the
-        daemon (unless it runs) and the saver now, the restore at login."""
+        daemon (unless it runs) now, the restore at login."""
 
     def disable(self, *, stop_daemon: bool) -> None:
-        """Before the files are removed: unload, disable, stop the saver
-        (after its last pass), and the daemon's job only if ``stop_daemon``."""
+        """Before the files are removed: unload, disable, and stop the
+        daemon's job only if ``stop_daemon``."""
 
     def after_removal(self) -> None: ...
 
@@ -130,34 +134,41 @@ class Systemd:
         return None
 
     def jobs(self) -> str:
-        return f"{DAEMON_UNIT}, {RESTORE_UNIT} and {SAVE_UNIT}"
+        return f"{DAEMON_UNIT} and {RESTORE_UNIT}"
 
     def files(self, spec: ServiceSpec, paths: DaemonPaths) -> dict[Path, bytes]:
         return {
             self.dir / DAEMON_UNIT: systemd_daemon_unit(spec).encode(),
             self.dir / RESTORE_UNIT: systemd_restore_unit(spec).encode(),
-            self.dir / SAVE_UNIT: systemd_save_unit(spec).encode(),
         }
+
+    def retired(self) -> list[Path]:
+        """What an earlier version installed and this one does not (the saver)."""
+        return [p for p in [self.dir / RETIRED_SAVE_UNIT] if p.exists()]
+
+    def retire(self) -> None:
+        """Stop and disable what ``retired`` lists (its files are the caller's)."""
+        if self.retired():
+            _tool(["systemctl", "--user", "disable", "--now", RETIRED_SAVE_UNIT])
 
     def enable(self) -> None:
         _checked(["systemctl", "--user", "daemon-reload"])
         # The restore runs at the next login, not now.
         _checked(["systemctl", "--user", "enable", RESTORE_UNIT])
-        # Starts the daemon unless it runs (a running one is never
-        # restarted), and the saver.
-        _checked(["systemctl", "--user", "enable", "--now", DAEMON_UNIT, SAVE_UNIT])
+        # Starts the daemon unless it runs (a running one is never restarted).
+        _checked(["systemctl", "--user", "enable", "--now", DAEMON_UNIT])
 
     def disable(self, *, stop_daemon: bool) -> None:
-        _checked(["systemctl", "--user", "disable", RESTORE_UNIT, SAVE_UNIT, DAEMON_UNIT])
-        stop = [SAVE_UNIT, DAEMON_UNIT] if stop_daemon else [SAVE_UNIT]
-        _checked(["systemctl", "--user", "stop", *stop])
+        _checked(["systemctl", "--user", "disable", RESTORE_UNIT, DAEMON_UNIT])
+        if stop_daemon:
+            _checked(["systemctl", "--user", "stop", DAEMON_UNIT])
 
     def after_removal(self) -> None:
         _checked(["systemctl", "--user", "daemon-reload"])
 
     def status(self) -> list[str]:
         props = "LoadState,UnitFileState,ActiveState,SubState,MainPID,Result"
-        units = (DAEMON_UNIT, RESTORE_UNIT, SAVE_UNIT)
+        units = (DAEMON_UNIT, RESTORE_UNIT)
         done = _tool(["systemctl", "--user", "show", f"--property={props}", *units])
         blocks = _show_blocks(done.stdout) if done.returncode == 0 else []
         blocks += [{}] * (len(units) - len(blocks))
@@ -237,7 +248,7 @@ class Launchd:
         return None if shutil.which("launchctl") else "no launchd here (no launchctl)"
 
     def jobs(self) -> str:
-        return f"the agents {DAEMON_AGENT}, {RESTORE_AGENT} and {SAVE_AGENT}"
+        return f"the agents {DAEMON_AGENT} and {RESTORE_AGENT}"
 
     def files(self, spec: ServiceSpec, paths: DaemonPaths) -> dict[Path, bytes]:
         logs = paths.state_dir
@@ -248,26 +259,32 @@ class Launchd:
             self.dir / f"{RESTORE_AGENT}.plist": plistlib.dumps(
                 launchd_restore_agent(spec, logs / "restore.log")
             ),
-            self.dir / f"{SAVE_AGENT}.plist": plistlib.dumps(
-                launchd_save_agent(spec, logs / "save.log")
-            ),
         }
+
+    def retired(self) -> list[Path]:
+        """What an earlier version installed and this one does not (the saver)."""
+        return [p for p in [self.dir / f"{RETIRED_SAVE_AGENT}.plist"] if p.exists()]
+
+    def retire(self) -> None:
+        """Unload what ``retired`` lists (its files are the caller's)."""
+        if self.retired() and self._loaded(RETIRED_SAVE_AGENT).returncode == 0:
+            _tool(["launchctl", "bootout", f"{self.domain}/{RETIRED_SAVE_AGENT}"])
 
     def _loaded(self, label: str) -> subprocess.CompletedProcess[str]:
         return _tool(["launchctl", "print", f"{self.domain}/{label}"])
 
     def enable(self) -> None:
-        for label in (DAEMON_AGENT, RESTORE_AGENT, SAVE_AGENT):
+        for label in (DAEMON_AGENT, RESTORE_AGENT):
             _checked(["launchctl", "enable", f"{self.domain}/{label}"])
-        # The daemon (unless loaded: a running one is never restarted) and
-        # the saver now; the restore at the next login, when launchd loads
-        # the agents.
-        for label in (DAEMON_AGENT, SAVE_AGENT):
-            if self._loaded(label).returncode != 0:
-                _checked(["launchctl", "bootstrap", self.domain, str(self.dir / f"{label}.plist")])
+        # The daemon now (unless loaded: a running one is never restarted);
+        # the restore at the next login, when launchd loads the agents.
+        if self._loaded(DAEMON_AGENT).returncode != 0:
+            _checked(
+                ["launchctl", "bootstrap", self.domain, str(self.dir / f"{DAEMON_AGENT}.plist")]
+            )
 
     def disable(self, *, stop_daemon: bool) -> None:
-        labels = [RESTORE_AGENT, SAVE_AGENT]
+        labels = [RESTORE_AGENT]
         if stop_daemon:
             labels.append(DAEMON_AGENT)
         for label in labels:
@@ -279,7 +296,7 @@ class Launchd:
 
     def status(self) -> list[str]:
         lines = []
-        for label in (DAEMON_AGENT, RESTORE_AGENT, SAVE_AGENT):
+        for label in (DAEMON_AGENT, RESTORE_AGENT):
             path = self.dir / f"{label}.plist"
             if not path.exists():
                 lines.append(f"{label}: not installed")

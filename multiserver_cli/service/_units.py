@@ -30,17 +30,12 @@ Three jobs, on each system:
   may take at all. It runs through the user's login shell (``sh -lc``),
   so that relaunched sessions get the environment a login gives (``PATH``
   from ``~/.profile``...), not the service manager's bare one.
-- **The saver** (``multiserver-save.service``; ``multiserver.save``):
-  ``multiserver save --scrollback --every 5``, one per user, for as long as
-  the service runs: what the sessions show reaches the store every few
-  seconds, so that after a reboot their first attach shows it. It exits 0
-  on SIGTERM after a last pass (``TimeoutStopSec`` leaves it time for it).
-  It starts after the restore (``After=``: a oneshot's end), so that it
-  never saves over the scrollback the restore is about to replay; a
-  failed restore does not keep it from starting (``Wants=``, not
-  ``Requires=``). launchd orders nothing: there the agents start together.
+No saver: what sessions show, each daemon keeps on disk as it comes. The
+saver of earlier versions (``multiserver-save.service``;
+``multiserver.save``) is retired: ``install`` stops and removes it,
+``uninstall`` too.
 
-All three get the ``MULTISERVER_*`` settings of the shell that installs them
+Both get the ``MULTISERVER_*`` settings of the shell that installs them
 (the runtime and state dirs above all: a daemon that looked elsewhere
 would not be found), except ``MULTISERVER_IDLE_EXIT``, which the
 service's daemon ignores.
@@ -63,18 +58,14 @@ from multiserver_cli._errors import CliError
 
 DAEMON_UNIT = "multiserver.service"
 RESTORE_UNIT = "multiserver-restore.service"
-SAVE_UNIT = "multiserver-save.service"
+RETIRED_SAVE_UNIT = "multiserver-save.service"  # an earlier version's saver
 DAEMON_AGENT = "multiserver.daemon"
 RESTORE_AGENT = "multiserver.restore"
-SAVE_AGENT = "multiserver.save"
+RETIRED_SAVE_AGENT = "multiserver.save"
 # The restore's own deadline at login, and what systemd allows the whole
 # unit (a login shell's profile, the interpreter, the deadline, the sweep).
 RESTORE_TIMEOUT = 5.0
 RESTORE_START_LIMIT = 30
-# How often the saver writes the scrollback (seconds), and what systemd
-# gives its last pass once told to stop.
-SAVE_EVERY = 5
-SAVE_STOP_LIMIT = 30
 # Shells whose `-lc 'exec "$0" "$@"' ARGS` runs ARGS after the login profile.
 POSIX_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "yash"})
 HEADER = "Written by `multiserver service install`; `multiserver service uninstall` removes it."
@@ -105,10 +96,6 @@ class ServiceSpec:
         """The restore, through a login shell (its profile read first)."""
         restore = [*self.launcher, "restore", "--timeout", f"{self.restore_timeout:g}"]
         return [self.shell, "-lc", 'exec "$0" "$@"', *restore]
-
-    def save_argv(self) -> list[str]:
-        """The saver (no login shell: it starts nothing)."""
-        return [*self.launcher, "save", "--scrollback", "--every", str(SAVE_EVERY)]
 
     def environment(self) -> dict[str, str]:
         """The settings, and the daemon relaunched sessions go to."""
@@ -257,29 +244,6 @@ def systemd_restore_unit(spec: ServiceSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def systemd_save_unit(spec: ServiceSpec) -> str:
-    lines = [
-        f"# {HEADER}",
-        "[Unit]",
-        "Description=multiserver: keep the saved scrollback of the sessions current",
-        f"Wants={DAEMON_UNIT}",
-        f"After={DAEMON_UNIT} {RESTORE_UNIT}",
-        "",
-        "[Service]",
-        "Type=simple",
-        "ExecStart=" + systemd_command(spec.save_argv()),
-        "WorkingDirectory=/",
-        *_environment_lines(spec.environment()),
-        f"TimeoutStopSec={SAVE_STOP_LIMIT}",
-        "Restart=on-failure",
-        "RestartSec=5",
-        "",
-        "[Install]",
-        "WantedBy=default.target",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 # --- launchd ---------------------------------------------------------------------------
 
 
@@ -309,21 +273,6 @@ def launchd_restore_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
         "ProgramArguments": spec.restore_argv(),
         "EnvironmentVariables": spec.environment(),
         "RunAtLoad": True,
-        "StandardOutPath": str(log),
-        "StandardErrorPath": str(log),
-    }
-
-
-def launchd_save_agent(spec: ServiceSpec, log: Path) -> dict[str, Any]:
-    """The saver's agent: from login on, again if it fails."""
-    return {
-        "Label": SAVE_AGENT,
-        "ProgramArguments": spec.save_argv(),
-        "WorkingDirectory": "/",
-        "EnvironmentVariables": spec.environment(),
-        "RunAtLoad": True,
-        "KeepAlive": {"SuccessfulExit": False},
-        "ExitTimeOut": SAVE_STOP_LIMIT,
         "StandardOutPath": str(log),
         "StandardErrorPath": str(log),
     }

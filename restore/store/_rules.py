@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from multiserver import NAME_RE, safe_start
+from multiserver import KEPT_OUTPUT, NAME_RE, safe_start
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,7 +19,8 @@ SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the document.
 BYTES_FIELDS = ("scrollback", "notice")
-SCROLLBACK_LIMIT = 256 * 1024
+# What a restore replays of a session: what its output file keeps.
+SCROLLBACK_LIMIT = KEPT_OUTPUT
 
 
 def bounded_scrollback(data: bytes) -> bytes:

@@ -248,7 +248,7 @@ async def test_a_kitty_layout_comes_back_after_a_reboot(
         for w in tab["windows"]:
             name = window_session(w)
             first.at("send-text", "--match", f"id:{w['id']}", f"echo typed-{name}-$((6*7))\r")
-    await wait_until(lambda: all_saved(ms_dirs, "abcd"), "in the store's scrollback")
+    await wait_until(lambda: all_saved(ms_dirs, "abcd"), "in the kept output")
     before = {t["title"]: tree_of(t) for t in first.tabs()}
     edit = before["edit"]
     assert isinstance(edit, SplitNode) and abs(edit.sizes[0] - 0.5) > 0.1, edit  # set ratios

@@ -2,11 +2,12 @@
 has seen them: the real command, real daemons, pyte-rendered terminals.
 
 A reboot is simulated as in test_daemon_death and test_restore_real: every
-daemon, every child and every client (attach clients, the saver) is
-SIGKILLed by pid; nothing gets to say goodbye. What a restore brings back
-can then only come from the store: from the attach clients for what they
-showed while attached, from ``multiserver save --scrollback`` for the rest.
-When an attach client saves (``_scrollback.ScreenSaver``) is checked alone.
+daemon, every child and every attach client is SIGKILLed by pid; nothing
+gets to say goodbye. What a restore brings back can then only come from
+what was on disk: each session's output file, written by its daemon while
+nobody held it and by the attach client while it did (``multiserver``'s
+``DurableOutput``), and the saved arrangement. When an attach client writes
+(``_scrollback.ScreenKeeper``) is checked alone.
 """
 
 from __future__ import annotations
@@ -21,12 +22,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from multiserver import open_client
-from multiserver._buffer import OutputBuffer
-from multiserver_cli import _saver
-from multiserver_cli._scrollback import ScreenSaver, screen_saver
-from multiserver_cli.attach._proxy import Screen
-from restore import ArrangementStore, RestorationRef, SessionLeaf
+from multiserver import DurableOutput, open_client, output_path, read_output, read_state, state_dir
+from multiserver_cli._scrollback import ScreenKeeper
+from restore import ArrangementStore, SessionLeaf
 from restore._plan import RELAUNCH_MARKER
 from tests.cli.conftest import (
     INNER_PROMPT,
@@ -43,12 +41,11 @@ from tests.conftest import (
     POLL_INTERVAL,
     MsDirs,
     daemon_pids_for,
-    is_alive,
     is_dead,
     kill_group_and_pid,
-    saver_pid,
     wait_until,
 )
+from tests.procs import cmdlines
 
 DETACH = "\x1c"  # Ctrl-\
 
@@ -58,44 +55,26 @@ def saved_leaf(name: str) -> SessionLeaf | None:
         return store.load().find(name)
 
 
-async def wait_saved(name: str, needle: bytes, timeout: float = SCREEN_TIMEOUT) -> SessionLeaf:
-    """Poll the store until the saved scrollback of ``name`` holds ``needle``."""
-    leaf = None
-    with trio.move_on_after(timeout):
-        while True:
-            leaf = saved_leaf(name)
-            if leaf is not None and needle in (leaf.scrollback or b""):
-                return leaf
-            await trio.sleep(POLL_INTERVAL * 20)
-    raise AssertionError(f"{name}: {needle!r} not saved within {timeout} s: {leaf}")
-
-
-def _has_scrollback(name: str) -> bool:
+def kept_path(name: str) -> Path | None:
+    """The output file of the saved session ``name``'s child."""
     leaf = saved_leaf(name)
-    return leaf is not None and leaf.scrollback is not None
+    if leaf is None or leaf.ref is None:
+        return None
+    return output_path(state_dir(), leaf.ref.instance_id, leaf.ref.child_id)
 
 
-def _wal_size(path: Path) -> int:
-    wal = path.with_name(path.name + "-wal")
-    return wal.stat().st_size if wal.exists() else 0
+def kept(name: str) -> bytes:
+    path = kept_path(name)
+    return b"" if path is None else (read_output(path, 1 << 20) or b"")
 
 
-def start_saver(ms_dirs: MsDirs, every: float = 1.0) -> subprocess.Popen[bytes]:
-    """``multiserver save --scrollback --every S``, as the login service runs it."""
-    return subprocess.Popen(
-        [MULTISERVER, "save", "--scrollback", "--every", str(every)],
-        env=person_env(ms_dirs),
-        cwd=ms_dirs.root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    if proc.poll() is None:
-        proc.send_signal(sig)  # by its pid: not reaped yet
-    proc.wait(timeout=10)
+async def wait_saved(name: str, needle: bytes, timeout: float = SCREEN_TIMEOUT) -> bytes:
+    """Until what was kept on disk of ``name`` (its output file) holds ``needle``."""
+    with trio.move_on_after(timeout):
+        while needle not in kept(name):
+            await trio.sleep(POLL_INTERVAL * 20)
+        return kept(name)
+    raise AssertionError(f"{name}: {needle!r} not kept within {timeout} s: {kept(name)[-300:]!r}")
 
 
 async def reboot(ms_dirs: MsDirs, *terminals: Terminal) -> None:
@@ -131,30 +110,26 @@ async def test_after_a_reboot_each_session_shows_its_last_output_then_the_marker
     cwds = {name: ms_dirs.root / f"cwd-{name}" for name in ("held1", "held2", "free1", "free2")}
     for d in cwds.values():
         d.mkdir()
-    saver = start_saver(ms_dirs)
     windows: dict[str, Terminal] = {}
-    try:
-        for name in ("free1", "free2"):
-            script = f"echo {name} said $$; exec sleep 1000"
-            await ms(
-                ms_dirs, "new", "-d", "-n", name, "--cwd", str(cwds[name]), "--", "sh", "-c", script
-            )
-        for name in ("held1", "held2"):
-            t = windows[name] = open_terminal(name=name)
-            await t.wait_prompt()
-            t.line(f"cd {cwds[name]} && multiserver new -n {name} -- {INNER_SH}")
-            await t.wait_prompt(INNER_PROMPT)
-            t.line(f"echo {name} said $$")
-            await t.wait_screen(re.compile(rf"^{name} said \d+$", re.M))
-        said = {name: f"{name} said {s['pid']}" for name, s in (await sessions(ms_dirs)).items()}
-        assert sorted(said) == ["free1", "free2", "held1", "held2"]
-        # Saved within a few seconds, by the attach clients and the saver.
-        for name, line in said.items():
-            await wait_saved(name, line.encode())
-        assert all(s["held"] for n, s in (await sessions(ms_dirs)).items() if n.startswith("held"))
-        await reboot(ms_dirs, *windows.values())
-    finally:
-        stop_process(saver)
+    for name in ("free1", "free2"):
+        script = f"echo {name} said $$; exec sleep 1000"
+        await ms(
+            ms_dirs, "new", "-d", "-n", name, "--cwd", str(cwds[name]), "--", "sh", "-c", script
+        )
+    for name in ("held1", "held2"):
+        t = windows[name] = open_terminal(name=name)
+        await t.wait_prompt()
+        t.line(f"cd {cwds[name]} && multiserver new -n {name} -- {INNER_SH}")
+        await t.wait_prompt(INNER_PROMPT)
+        t.line(f"echo {name} said $$")
+        await t.wait_screen(re.compile(rf"^{name} said \d+$", re.M))
+    said = {name: f"{name} said {s['pid']}" for name, s in (await sessions(ms_dirs)).items()}
+    assert sorted(said) == ["free1", "free2", "held1", "held2"]
+    # Kept within a few seconds, by the attach clients and the daemon.
+    for name, line in said.items():
+        await wait_saved(name, line.encode())
+    assert all(s["held"] for n, s in (await sessions(ms_dirs)).items() if n.startswith("held"))
+    await reboot(ms_dirs, *windows.values())
 
     report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
     assert {s["name"]: s["outcome"] for s in report["sessions"]} == dict.fromkeys(
@@ -177,34 +152,25 @@ async def test_after_a_reboot_each_session_shows_its_last_output_then_the_marker
         await t.wait_screen(f"[detached from {name}]")
 
 
-async def test_without_the_service_new_starts_one_saver_and_a_reboot_keeps_what_nobody_saw(
-    ms_dirs: MsDirs, open_terminal, monkeypatch: pytest.MonkeyPatch
+async def test_without_the_service_a_reboot_keeps_what_nobody_saw_and_nothing_else_runs(
+    ms_dirs: MsDirs, open_terminal
 ) -> None:
     """The README's flow with no service installed: ``new -d`` a session,
     never attach it, reboot, ``restore``: its first attach shows what it
-    printed, then the marker. ``new`` started the saver that kept it (one,
-    however many sessions), and that saver stops by itself once no saved
-    session runs."""
-    monkeypatch.delenv("MULTISERVER_SAVER")
+    printed, then the marker. Nothing but the daemon ran for it (issue 35:
+    a saver used to, and outlived the last session)."""
     await ms(ms_dirs, "new", "-d", "-n", "build", "--", "sh", "-c", "echo built $$; exec sleep 600")
-    await wait_until(lambda: saver_pid(ms_dirs.runtime) is not None, 30, "a saver")
-    saver = saver_pid(ms_dirs.runtime)
-    assert saver is not None
     line = f"built {(await sessions(ms_dirs))['build']['pid']}"
-    await wait_saved("build", line.encode(), timeout=30)
+    await wait_saved("build", line.encode())
     await ms(ms_dirs, "new", "-d", "-n", "other", "--", "sleep", "600")
-    assert saver_pid(ms_dirs.runtime) == saver and is_alive(saver)
-    os.kill(saver, signal.SIGKILL)  # the reboot takes the saver too
+    assert ours(ms_dirs) == daemon_pids_for(ms_dirs.paths.socket)
     await reboot(ms_dirs)
     report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
     assert {s["name"]: s["outcome"] for s in report["sessions"]} == {
         "build": "relaunched",
         "other": "relaunched",
     }
-    # The restore started a saver again for the relaunched sessions.
-    await wait_until(lambda: saver_pid(ms_dirs.runtime) is not None, 30, "a saver again")
-    again = saver_pid(ms_dirs.runtime)
-    assert again is not None and again != saver
+    assert ours(ms_dirs) == daemon_pids_for(ms_dirs.paths.socket)
     # peek shows what attach replays: the saved output, then the marker.
     peeked = (await ms(ms_dirs, "peek", "build")).stdout.decode(errors="replace")
     assert before_marker(peeked, line), peeked
@@ -220,122 +186,110 @@ async def test_without_the_service_new_starts_one_saver_and_a_reboot_keeps_what_
     # Taken by that attach, and in the screen it handed back: once, not twice.
     peeked = (await ms(ms_dirs, "peek", "build")).stdout.decode(errors="replace")
     assert peeked.count(line) == 1 and peeked.count(RELAUNCH_MARKER) == 1, peeked
-    # No saved session runs any more: the saver stops by itself.
-    await ms(ms_dirs, "stop", "--force")
-    await wait_until(lambda: is_dead(again), 30, "the saver to stop once idle")
+    # Kept on disk too, with the notice: a second reboot keeps it again.
+    await wait_saved("build", RELAUNCH_MARKER.encode())
+    assert kept("build").count(line.encode()) == 1
 
 
-async def test_detach_saves_the_screen_and_attached_output_is_saved_while_it_flows(
+def ours(ms_dirs: MsDirs) -> list[int]:
+    """Every process of multiserver's running for these dirs: a command
+    line that names this test's dirs (the daemon's socket), or an
+    environment that does (a command started here)."""
+    root = str(ms_dirs.root).encode()
+    found = []
+    for pid, cmdline in cmdlines():
+        if b"multiserver" not in cmdline or pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if root in cmdline or root in environ:
+            found.append(pid)
+    return sorted(found)
+
+
+async def test_nothing_of_ours_runs_a_second_after_the_last_session_and_its_daemon_end(
+    ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """abduco's "detached awk": a session that ends by itself, nobody
+    attached; once its daemon's idle exit has come, nothing of ours is left
+    (a saver that polled every 5 s used to stay)."""
+    monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "0.5")
+    await ms(ms_dirs, "new", "-d", "-n", "awk", "--", "sh", "-c", "echo done; exit 0")
+    await wait_session(ms_dirs, "awk", lambda c: c is not None and c.state == "exited", "ended")
+    await ms(ms_dirs, "kill", "awk")  # seen: forgotten, as abduco's suite does
+    [daemon] = daemon_pids_for(ms_dirs.paths.socket)
+    await wait_until(lambda: is_dead(daemon), 10, "the daemon's idle exit")
+    await wait_until(lambda: ours(ms_dirs) == [], 1, "nothing of ours left")
+
+
+async def test_attached_output_is_kept_while_it_flows_and_at_detach(
     ms_dirs: MsDirs, open_terminal
 ) -> None:
     t = open_terminal()
     await t.wait_prompt()
     t.line(f"multiserver new -n w -- {INNER_SH}")
     await t.wait_prompt(INNER_PROMPT)
-    # While attached: saved within a few seconds of the output, by the client.
+    # While attached: kept within a few seconds of the output, by the client.
     t.line("echo first-$((40+2))")
     await t.wait_screen("first-42")
-    leaf = await wait_saved("w", b"first-42")
-    assert leaf.ref is not None and leaf.exit_code is None
+    await wait_saved("w", b"first-42")
     # At detach: at once, before the command says it detached.
-    t.line("echo second-$((40+2))")
+    t.line("cd / && echo second-$((40+2))")
     await t.wait_screen("second-42")
     t.type(DETACH)
     await t.wait_screen("[detached from w]")
-    leaf = saved_leaf("w")
-    assert leaf is not None and b"second-42" in (leaf.scrollback or b"")
+    assert b"second-42" in kept("w")
+    path = kept_path("w")
+    assert path is not None
+    state = read_state(path)
+    assert state is not None and state["cwd"] == "/", state
+    # Given back, the daemon writes what comes next.
+    (wid,) = [s["id"] for s in (await sessions(ms_dirs)).values()]
+    async with open_client(ms_dirs.paths) as client:
+        [claimed] = await client.claim([wid])
+        assert claimed.master is not None
+        os.write(claimed.master, b"echo third-$((40+2))\n")
+        os.close(claimed.master)
+        await client.release([wid])
+    await wait_saved("w", b"third-42")
+    assert kept("w").count(b"second-42") == 1  # once: the replay of it is not kept again
 
 
-async def test_save_scrollback_keeps_unheld_sessions_in_one_go_and_leaves_held_ones(
-    ms_dirs: MsDirs, open_terminal
+async def test_an_older_service_s_saver_is_told_it_is_not_needed_and_exits_0(
+    ms_dirs: MsDirs,
 ) -> None:
-    for name in ("a", "b"):
-        await ms(
-            ms_dirs, "new", "-d", "-n", name, "--", "sh", "-c", f"echo {name}-out; exec sleep 100"
-        )
-    await wait_session(ms_dirs, "b", lambda c: c is not None and c.buffered_bytes > 0, "written")
-    await wait_session(ms_dirs, "a", lambda c: c is not None and c.buffered_bytes > 0, "written")
-    t = open_terminal()
-    await t.wait_prompt()
-    t.line("multiserver attach b")
-    await t.wait_screen("b-out")
-    await wait_session(ms_dirs, "b", lambda c: c is not None and c.held, "held")
-
-    # b is its attach client's to save, as it shows it: the saver leaves it.
-    result = await ms(ms_dirs, "save", "--scrollback")
-    assert re.fullmatch(rb"saved 2 sessions \(\d updated, scrollback of 1 kept\)\n", result.stderr)
-    a = saved_leaf("a")
-    assert a is not None and a.scrollback == b"a-out\r\n"
-    # Nothing changed since: nothing more is written.
-    with ArrangementStore.open() as store:
-        before = store.path.stat().st_mtime_ns, _wal_size(store.path)
-    result = await ms(ms_dirs, "save", "--scrollback")
-    with ArrangementStore.open() as store:
-        assert (store.path.stat().st_mtime_ns, _wal_size(store.path)) == before
+    """What an older login service runs, ``save --scrollback --every 5``: one
+    line, exit 0 (a unit that restarts on failure does not loop)."""
+    for words in (["--scrollback", "--every", "5"], ["--scrollback"], ["--every", "0.5"]):
+        result = await ms(ms_dirs, "save", *words, check=False)
+        assert result.returncode == 0, words
+        assert result.stderr.count(b"\n") == 1 and b"kept by their daemon" in result.stderr
 
 
-async def test_one_saver_at_a_time_and_a_last_save_when_told_to_stop(ms_dirs: MsDirs) -> None:
-    await ms(
-        ms_dirs, "new", "-d", "-n", "s", "--", "sh", "-c", "read x; echo got-$x; exec sleep 100"
+async def test_save_refreshes_the_cwd_and_title_of_live_sessions(ms_dirs: MsDirs) -> None:
+    await ms(ms_dirs, "new", "-d", "-n", "a", "--", "sh", "-c", "cd /var && exec sleep 100")
+    await wait_session(ms_dirs, "a", lambda c: c is not None, "running")
+    await wait_until(lambda: os.readlink(f"/proc/{_pid(ms_dirs, 'a')}/cwd") == "/var", 10, "cd")
+    result = await ms(ms_dirs, "save")
+    assert result.stderr == b"saved 1 session (1 updated)\n"
+    leaf = saved_leaf("a")
+    assert leaf is not None and (leaf.cwd, leaf.title) == ("/var", "sleep 100")
+
+
+def _pid(ms_dirs: MsDirs, name: str) -> int:
+    return int(
+        json.loads(
+            subprocess.run(
+                [MULTISERVER, "ls", "--json"],
+                env=person_env(ms_dirs),
+                capture_output=True,
+                check=True,
+            ).stdout
+        )[0]["pid"]
     )
-    first = start_saver(ms_dirs, every=600)
-    try:
-        await wait_until(lambda: _has_scrollback("s"), 15, "the saver's first pass")
-        second = start_saver(ms_dirs)
-        _, err = second.communicate(timeout=30)
-        assert second.returncode == 0 and b"a saver runs already" in err
-        # Output while the saver sleeps its 600 s: saved by the last pass at SIGTERM.
-        (sid,) = [s["id"] for s in (await sessions(ms_dirs)).values()]
-        async with open_client(ms_dirs.paths) as client:
-            [claimed] = await client.claim([sid])
-            assert claimed.master is not None
-            os.write(claimed.master, b"late\n")
-            os.close(claimed.master)
-            await client.release([sid])
-        await wait_session(ms_dirs, "s", lambda c: c is not None and not c.held, "released")
-        first.send_signal(signal.SIGTERM)
-        assert first.wait(timeout=30) == 0
-        await wait_saved("s", b"got-late", timeout=1)
-    finally:
-        stop_process(first)
-
-
-async def test_the_saver_leaves_alone_a_daemon_no_saved_session_lives_on(
-    ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A saved session of an earlier run of daemon 1 (before a reboot, say)
-    makes the first pass ask the daemon now there; finding nothing of
-    ours, the saver does not ask it again until the arrangement changes: a
-    saver that runs for ever must not keep an idle daemon from exiting."""
-    await ms(ms_dirs, "daemon")
-    with ArrangementStore.open() as store:
-        stale = RestorationRef(str(ms_dirs.paths.socket), "an-earlier-run", 1, 1)
-        store.add_session(SessionLeaf("old", ["sh"], "/", ref=stale))
-    asked: list[str] = []
-    ask = _saver._ask
-    monkeypatch.setattr(
-        _saver, "_ask", lambda socket, *args: (asked.append(socket), ask(socket, *args))[1]
-    )
-    saver = _saver.Saver(scrollback=True)
-    with ArrangementStore.open() as store:
-        for _ in range(3):
-            report = saver.run_pass(store)
-            assert (report.total, report.live, report.outputs, report.problems) == (1, 0, 0, [])
-        assert asked == [str(ms_dirs.paths.socket)]
-    await ms(ms_dirs, "new", "-d", "-n", "fresh", "--", "sleep", "100")
-    with ArrangementStore.open() as store:
-        report = saver.run_pass(store)
-    assert (report.total, report.live, report.outputs) == (2, 1, 1)
-    assert asked == [str(ms_dirs.paths.socket)] * 2
-
-
-async def test_a_period_that_is_no_period_is_refused_in_one_line(ms_dirs: MsDirs) -> None:
-    for every in ("0.5", "nan", "inf", "-5"):
-        result = await ms(ms_dirs, "save", "--scrollback", "--every", every, check=False)
-        assert (result.returncode, result.stderr) == (
-            2,
-            b"multiserver: --every must be from 1 to 86400 seconds\n",
-        ), every
 
 
 async def test_an_ended_session_whose_daemon_is_gone_is_shown_once_from_the_store(
@@ -347,9 +301,9 @@ async def test_an_ended_session_whose_daemon_is_gone_is_shown_once_from_the_stor
     script = "echo ender-said-$((6*7)); exit 4"
     await ms(ms_dirs, "new", "-d", "-n", "ender", "--", "sh", "-c", script)
     await wait_session(ms_dirs, "ender", lambda c: c is not None and c.state == "exited", "ended")
-    await ms(ms_dirs, "save", "--scrollback")
-    leaf = saved_leaf("ender")
-    assert leaf is not None and leaf.exit_code == 4, leaf
+    await wait_saved("ender", b"ender-said-42")
+    path = kept_path("ender")
+    assert path is not None and (read_state(path) or {}).get("exit_code") == 4
     [daemon] = daemon_pids_for(ms_dirs.paths.socket)
     os.kill(daemon, signal.SIGKILL)
     await wait_until(lambda: is_dead(daemon), 10, "the daemon's death")
@@ -375,7 +329,7 @@ async def test_an_ended_session_whose_daemon_is_gone_is_shown_once_from_the_stor
     t.line("multiserver attach ender; echo status=$?")
     screen = await t.wait_screen("status=4")
     assert screen.index("ender-said-42") < screen.index("[ender exited with code 4]"), screen
-    assert saved_leaf("ender") is None
+    assert saved_leaf("ender") is None and not path.exists()  # seen: forgotten, files too
     assert await sessions(ms_dirs) == {}
     report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
     assert report["sessions"] == []
@@ -415,49 +369,45 @@ async def test_restore_keeps_an_ended_session_listed_until_attached_or_killed(
     assert report["sessions"] == []
 
 
-def test_the_screen_is_saved_only_when_due_and_only_if_output_flowed() -> None:
-    screen = Screen(-1, OutputBuffer(99))
-    saved: list[tuple[bytes, bool]] = []
-    saver = ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=0.0)
-    saver.tick()
-    assert saved == []  # nothing shown yet
-    screen.record(b"replay\r\n")
-    saver.tick()
-    assert saved == [(b"replay\r\n", False)]
-    saver.tick()
-    assert len(saved) == 1  # nothing new since
-    screen.record(b"more")
-    saver.tick()
-    assert saved[-1] == (b"replay\r\nmore", False)
+def test_the_screen_is_written_only_when_due_and_only_if_output_flowed(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    master, slave = os.openpty()
+    try:
+        out = DurableOutput(tmp_path / "o" / "1.out", 4096)
+        keeper = ScreenKeeper(out, master, every=0.0)
+        keeper.tick()
+        assert out.written == 0  # nothing shown yet
+        keeper.live(b"live\r\n")
+        keeper.tick()
+        assert out.path.read_bytes() == b"live\r\n"
+        written = out.written
+        keeper.tick()
+        assert out.written == written  # nothing new since
+        keeper.shown_notice(b"notice ")
+        keeper.live(b"more")
+        keeper.last()
+        assert out.path.read_bytes() == b"live\r\nnotice more"
+        slow = ScreenKeeper(out, master, every=60.0)
+        slow.live(b"!")
+        slow.tick()
+        assert out.path.read_bytes().endswith(b"more") and 59 < slow.wait() <= 60
+    finally:
+        os.close(master)
+        os.close(slave)
 
-    slow = ScreenSaver(screen, lambda data, last: saved.append((data, last)), every=60.0)
-    screen.record(b"!")
-    slow.tick()
-    assert len(saved) == 2 and 59 < slow.wait() <= 60
 
-
-def test_a_screen_save_while_the_code_is_being_replaced_does_not_end_the_attach(
+def test_a_write_that_fails_while_attached_is_said_once_at_the_end(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``pip install -U`` replaces the store's modules file by file; an
-    attached client that loads them then (its first save) gets an
-    ImportError. While attached that save is skipped, and the next one
-    loads them; at detach it is said in one line."""
-    calls: list[str] = []
-
-    def store_mid_upgrade() -> ArrangementStore | None:
-        calls.append("open")
-        if len(calls) == 1:
-            raise ImportError("cannot import name 'ArrangementStore' (a half-installed file)")
-        return ArrangementStore.open(tmp_path / "state.db")
-
-    save = screen_saver(store_mid_upgrade, Path("/run/x.socket"), "ab" * 16, 3)
-    save(b"first\r\n", False)  # skipped, silently
-    save(b"second\r\n", False)  # the modules load this time
-    assert calls == ["open", "open"]
+    """While attached the terminal is the program's: a write that fails (a
+    full disk, a dir gone) says nothing then; at the end, one line."""
+    blocked = tmp_path / "o"
+    blocked.write_text("a file where the dir should be")
+    keeper = ScreenKeeper(DurableOutput(blocked / "1.out", 4096), -1, every=0.0)
+    keeper.live(b"x")
+    keeper.tick()
     assert capsys.readouterr().err == ""
-    calls.clear()
-    save(b"last\r\n", True)  # at detach: one line
+    keeper.last()
     err = capsys.readouterr().err
-    assert "could not save what the session showed: cannot import" in err
+    assert err.startswith("multiserver: could not keep what the session showed:")
     assert err.count("\n") == 1

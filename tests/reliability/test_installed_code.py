@@ -4,7 +4,7 @@ started, and does not keep the directory it was started from.
 Each test starts one of them from a directory holding hostile packages
 named ``multiserver``, ``multiserver_cli``, ``restore`` and ``adopter``
 (``_hostile_cwd``), sees it work, and finds no marker of their import.
-The long-lived ones (daemons, the saver, an attached client) are seen
+The long-lived ones (daemons, an attached client) are seen
 running in ``/``; a session's program keeps the cwd it was given. The
 remote side, started through ssh, is in ``tests/remote``.
 """
@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -28,7 +27,14 @@ from multiserver import open_client
 from multiserver_cli.service._units import ServiceSpec, launcher, settings_from
 from restore import ArrangementStore
 from tests.cli.conftest import MULTISERVER, Terminal, person_env
-from tests.conftest import POLL_INTERVAL, MsDirs, daemon_pids_under, is_alive, stop_daemon_sync
+from tests.conftest import (
+    POLL_INTERVAL,
+    MsDirs,
+    daemon_pids_under,
+    is_alive,
+    stop_daemon_sync,
+    wait_until_sync,
+)
 from tests.reliability._hostile_cwd import cwd_of, make_hostile_dir, markers
 
 BOUND = 20.0  # how long a process may take to come up or do its work
@@ -139,9 +145,10 @@ def the_launchers() -> dict[str, tuple[str, ...]]:
 async def test_the_service_command_lines_import_nothing_from_the_cwd(
     ms_dirs: MsDirs, evil: Path, how: str
 ) -> None:
-    """The units' three command lines (daemon --service, restore through a
-    login shell, save --scrollback --every), each run from the hostile
-    directory, as a person's own service manager or shell might."""
+    """The units' two command lines (daemon --service, restore through a
+    login shell), each run from the hostile directory, as a person's own
+    service manager or shell might; the service's daemon keeps what its
+    session shows on disk."""
     spec = ServiceSpec(launcher=the_launchers()[how], settings=settings_from(os.environ))
     env = {**person_env(ms_dirs), **spec.environment()}
     with foreground(spec.daemon_argv(), evil, env) as service:
@@ -160,20 +167,24 @@ async def test_the_service_command_lines_import_nothing_from_the_cwd(
         report = json.loads(restored.stdout)
         assert [(s["name"], s["outcome"]) for s in report["sessions"]] == [("kept", "attached")]
 
-        saver = subprocess.Popen(spec.save_argv(), cwd=evil, env=env, stdin=subprocess.DEVNULL)
-        try:
-
-            def saved() -> bool:
-                with ArrangementStore.open() as store:
-                    leaf = store.load().find("kept")
-                return leaf is not None and b"kept-line" in (leaf.scrollback or b"")
-
-            await wait_for(lambda: cwd_of(saver.pid) == "/", "the saver in /")
-            await wait_for(saved, "the scrollback saved")
-        finally:
-            saver.send_signal(signal.SIGTERM)
-            assert await trio.to_thread.run_sync(saver.wait, BOUND) == 0
+        found = await trio.to_thread.run_sync(lambda: _kept_line(ms_dirs, "kept"))
+        assert found, "the service's daemon kept nothing of the session on disk"
     assert markers(ms_dirs.root) == []
+
+
+def _kept_line(ms_dirs: MsDirs, name: str) -> bool:
+    """Whether the output file of ``name`` holds its line (within the bound)."""
+    from multiserver import output_path, read_output
+
+    def kept() -> bool:
+        with ArrangementStore.open() as store:
+            leaf = store.load().find(name)
+        if leaf is None or leaf.ref is None:
+            return False
+        path = output_path(ms_dirs.state, leaf.ref.instance_id, leaf.ref.child_id)
+        return b"kept-line" in (read_output(path, 4096) or b"")
+
+    return wait_until_sync(kept, BOUND)
 
 
 @pytest.mark.parametrize("mode", ["--foreground", "--service"])

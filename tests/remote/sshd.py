@@ -177,7 +177,6 @@ def start_sshd(base: Path, remote_root: Path, watched: Path) -> Remote:
             # Its own hosts file: the test's (the local side's) is not the host's.
             f"MULTISERVER_CONFIG_DIR={remote_root / 'config'}",
             "MULTISERVER_IDLE_EXIT=never",
-            "MULTISERVER_SAVER=off",
             MULTISERVER,
         ]
     )

@@ -18,7 +18,7 @@ from restore._plan import RELAUNCH_MARKER
 from tests.cli.conftest import Terminal
 from tests.conftest import MsDirs, daemon_pids_under, kill_children_of, wait_until_sync
 from tests.remote.conftest import Remote
-from tests.remote.test_hosts import person_ssh_env, remotely, run
+from tests.remote.test_hosts import person_ssh_env, run
 from tests.remote.test_late_host import remote_ls
 
 
@@ -56,7 +56,13 @@ async def test_a_host_that_rebooted_gets_its_session_back(
     assert wait_until_sync(
         lambda: "first-run-41" in run(ms_dirs, sshd, "peek", "rh:s-expired").stdout, 10.0
     )
-    remotely(sshd, "save", "--scrollback")  # the host's saver, one pass
+    # The host's daemon keeps it on disk within its flush period.
+    assert wait_until_sync(
+        lambda: any(
+            b"first-run-41" in p.read_bytes() for p in (sshd.root / "state").glob("output/*/*.out")
+        ),
+        10.0,
+    )
     reboot_there(sshd)
     if store_there == "lost":
         for f in (sshd.root / "state").glob("arrangement.sqlite3*"):

@@ -104,9 +104,13 @@ async def test_a_daemon_killed_under_an_attached_session(ms_dirs: MsDirs, open_t
     term.line("size")
     await term.wait_screen(re.compile(r"^20 70$", re.M))
 
-    # A restore meanwhile leaves it alone: no second copy.
+    # A restore meanwhile leaves it alone: no second copy; ls says the same.
     assert await restore_report(ms_dirs) == [
         ("held", "held", f"held by a client whose daemon died (pid {client}); not relaunched")
+    ]
+    listed = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
+    assert [(r["name"], r["detail"]) for r in listed] == [
+        ("held", f"held by a client whose daemon died (pid {client}); restore leaves it alone")
     ]
     assert programs() == [program]
     assert term.is_raw()

@@ -97,36 +97,6 @@ def test_the_terminal_is_written_without_touching_the_shells_file_flags() -> Non
         os.close(slave)
 
 
-# --- what the terminal showed, read from the main thread while the copy loop records
-
-
-def test_a_snapshot_from_another_thread_never_sees_a_torn_screen() -> None:
-    """The copy loop records while the main thread takes snapshots (to save
-    them): every snapshot is a run of whole chunks, the newest ones, and
-    ``recorded`` counts exactly what had been recorded when it was taken."""
-    screen = Screen(-1, OutputBuffer(4096))
-    chunks = [b"%06d\n" % i for i in range(20_000)]
-    done = threading.Event()
-
-    def copy_loop() -> None:
-        for chunk in chunks:
-            screen.record(chunk)
-        done.set()
-
-    copier = threading.Thread(target=copy_loop)
-    copier.start()
-    snapshots = []
-    while not done.is_set():
-        snapshots.append(screen.snapshot())
-    copier.join()
-    snapshots.append(screen.snapshot())
-    for data, recorded in snapshots:
-        assert len(data) <= 4096 and recorded % 7 == 0 and len(data) % 7 == 0
-        n = recorded // 7
-        assert data == b"".join(chunks[n - len(data) // 7 : n])
-    assert snapshots[-1][1] == 7 * len(chunks)
-
-
 # --- the detach key, as each encoding reaches the copy loop through a PTY
 
 

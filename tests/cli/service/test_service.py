@@ -28,18 +28,15 @@ from multiserver_cli.commands import service as service_command
 from multiserver_cli.service._managers import Launchd, service_manager
 from multiserver_cli.service._units import (
     RESTORE_START_LIMIT,
-    SAVE_STOP_LIMIT,
     ServiceSpec,
     launchd_daemon_agent,
     launchd_restore_agent,
-    launchd_save_agent,
     launcher,
     login_shell,
     profile_snippet,
     settings_from,
     systemd_daemon_unit,
     systemd_restore_unit,
-    systemd_save_unit,
 )
 from tests.cli.conftest import MULTISERVER, person_env
 from tests.conftest import MsDirs
@@ -148,26 +145,6 @@ def test_systemd_units_say_what_was_meant() -> None:
     assert ran.stdout.decode() == "|".join(argv[3:]) + "|"
     assert values(restore["Install"], "WantedBy") == ["default.target"]
 
-    save = unit_sections(systemd_save_unit(SPEC))
-    # After the restore has replayed what was saved; started even if it failed.
-    assert values(save["Unit"], "After") == ["multiserver.service multiserver-restore.service"]
-    assert values(save["Unit"], "Wants") == ["multiserver.service"]
-    assert values(save["Unit"], "Requires") == []
-    service = save["Service"]
-    assert words(values(service, "ExecStart")[0]) == [
-        MULTISERVER,
-        "save",
-        "--scrollback",
-        "--every",
-        "5",
-    ]
-    # Its last pass, on SIGTERM, has time to finish.
-    assert values(service, "TimeoutStopSec") == [str(SAVE_STOP_LIMIT)]
-    assert values(service, "Restart") == ["on-failure"]
-    env = [words(v, expands=False)[0] for v in values(service, "Environment")]
-    assert "MULTISERVER_RUNTIME_DIR=/run/user/1000/multi server" in env
-    assert values(save["Install"], "WantedBy") == ["default.target"]
-
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
@@ -175,7 +152,6 @@ def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
     units.mkdir()
     (units / "multiserver.service").write_text(systemd_daemon_unit(SPEC))
     (units / "multiserver-restore.service").write_text(systemd_restore_unit(SPEC))
-    (units / "multiserver-save.service").write_text(systemd_save_unit(SPEC))
     runtime = tmp_path / "xdg-runtime"
     runtime.mkdir(mode=0o700)
     done = subprocess.run(
@@ -185,7 +161,6 @@ def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
             "verify",
             str(units / "multiserver.service"),
             str(units / "multiserver-restore.service"),
-            str(units / "multiserver-save.service"),
         ],
         capture_output=True,
         text=True,
@@ -218,13 +193,6 @@ def test_launchd_agents_are_plists(tmp_path: Path) -> None:
         "5",
     ]
     assert restore["RunAtLoad"] is True and "KeepAlive" not in restore
-    save = plistlib.loads(plistlib.dumps(launchd_save_agent(SPEC, log)))
-    assert save["Label"] == "multiserver.save"
-    assert save["ProgramArguments"] == [MULTISERVER, "save", "--scrollback", "--every", "5"]
-    assert save["RunAtLoad"] is True
-    assert save["KeepAlive"] == {"SuccessfulExit": False}  # not after its exit 0 on SIGTERM
-    assert save["ExitTimeOut"] == SAVE_STOP_LIMIT
-    assert save["EnvironmentVariables"]["MULTISERVER_RUNTIME_DIR"] == "/run/user/1000/multi server"
 
 
 def test_profile_lines_restore_in_interactive_shells_only(tmp_path: Path) -> None:
@@ -316,10 +284,8 @@ def test_install_then_uninstall_with_systemd(ms_dirs: MsDirs) -> None:
     done = run_service(env, "install")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        f"installed multiserver.service, multiserver-restore.service and"
-        f" multiserver-save.service in {units}: daemon 1 stays up, started by systemd,"
-        " `multiserver restore --timeout 5` runs at login, and the scrollback is saved every"
-        " few seconds",
+        f"installed multiserver.service and multiserver-restore.service in {units}: daemon 1"
+        " stays up, started by systemd, and `multiserver restore --timeout 5` runs at login",
         "lingering is off: your service manager, and the daemon with it, stops at your last"
         " logout, and your sessions end; turn it on once with: loginctl enable-linger",
     ]
@@ -327,7 +293,7 @@ def test_install_then_uninstall_with_systemd(ms_dirs: MsDirs) -> None:
         "--user show --property=Version",
         "--user daemon-reload",
         "--user enable multiserver-restore.service",
-        "--user enable --now multiserver.service multiserver-save.service",
+        "--user enable --now multiserver.service",
         f"loginctl show-user {os.getuid()} --property=Linger --value",
     ]
     daemon = unit_sections((units / "multiserver.service").read_text())["Service"]
@@ -341,24 +307,19 @@ def test_install_then_uninstall_with_systemd(ms_dirs: MsDirs) -> None:
     # The dirs of the shell that installed it: the daemon is found there.
     assert f"MULTISERVER_RUNTIME_DIR={ms_dirs.runtime}" in values(daemon, "Environment")
     assert (units / "multiserver-restore.service").is_file()
-    save = unit_sections((units / "multiserver-save.service").read_text())["Service"]
-    assert words(values(save, "ExecStart")[0])[1:] == ["save", "--scrollback", "--every", "5"]
-    assert f"MULTISERVER_STATE_DIR={ms_dirs.state}" in values(save, "Environment")
+    assert sorted(os.listdir(units)) == ["multiserver-restore.service", "multiserver.service"]
 
     show = ms_dirs.root / "show"
     show.write_text(
         "LoadState=loaded\nUnitFileState=enabled\nActiveState=active\nSubState=running\n"
         "MainPID=4242\nResult=success\n\n"
         "LoadState=loaded\nUnitFileState=enabled\nActiveState=inactive\nSubState=dead\n"
-        "MainPID=0\nResult=exit-code\n\n"
-        "LoadState=loaded\nUnitFileState=enabled\nActiveState=active\nSubState=running\n"
-        "MainPID=4343\nResult=success\n"
+        "MainPID=0\nResult=exit-code\n"
     )
     status = run_service(tools(ms_dirs, SYSTEMCTL_SHOW=str(show), LINGER="yes"), "status")
     assert status.stdout.splitlines() == [
         "multiserver.service: enabled, active (running), pid 4242",
         "multiserver-restore.service: enabled, inactive (dead), last result: exit-code",
-        "multiserver-save.service: enabled, active (running), pid 4343",
         "lingering: on (the daemon outlives your logout)",
         f"daemon 1: not running ({ms_dirs.paths.socket})",
     ]
@@ -367,21 +328,41 @@ def test_install_then_uninstall_with_systemd(ms_dirs: MsDirs) -> None:
     gone = run_service(env, "uninstall")
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout.splitlines() == [
-        f"removed multiserver.service, multiserver-restore.service, multiserver-save.service"
-        f" from {units}"
+        f"removed multiserver.service, multiserver-restore.service from {units}"
     ]
     assert logged(ms_dirs) == [
         "--user show --property=Version",
-        "--user disable multiserver-restore.service multiserver-save.service multiserver.service",
-        # The saver makes its last pass; no daemon runs sessions: nothing is
-        # lost by stopping it.
-        "--user stop multiserver-save.service multiserver.service",
+        "--user disable multiserver-restore.service multiserver.service",
+        # No daemon runs sessions: nothing is lost by stopping it.
+        "--user stop multiserver.service",
         "--user show --property=Version",
         "--user daemon-reload",
     ]
     assert sorted(os.listdir(units)) == []
     again = run_service(env, "uninstall")
     assert again.stdout == f"nothing to remove: no multiserver service in {units}\n"
+
+
+def test_install_retires_an_earlier_version_s_saver(ms_dirs: MsDirs) -> None:
+    """An earlier version installed a saver unit (``save --scrollback
+    --every 5``): install stops, disables and removes it, saying so once;
+    uninstall removes one too."""
+    env = tools(ms_dirs)
+    units = ms_dirs.root / "config" / "systemd" / "user"
+    units.mkdir(parents=True)
+    old = units / "multiserver-save.service"
+    old.write_text("[Service]\nExecStart=multiserver save --scrollback --every 5\n")
+    done = run_service(env, "install")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == (
+        "removed multiserver-save.service: the daemon keeps what sessions show"
+    )
+    assert not old.exists()
+    assert "--user disable --now multiserver-save.service" in logged(ms_dirs)
+    old.write_text("[Service]\n")
+    gone = run_service(env, "uninstall")
+    assert gone.returncode == 0, gone.stderr
+    assert not old.exists() and sorted(os.listdir(units)) == []
 
 
 def test_install_without_a_systemd_user_manager_says_what_to_do_instead(
@@ -434,18 +415,14 @@ def test_install_then_uninstall_with_launchd(
         return capsys.readouterr().out.splitlines()
 
     assert service("install") == [
-        f"installed the agents multiserver.daemon, multiserver.restore and multiserver.save in"
-        f" {agents}: daemon 1 stays up, started by launchd, `multiserver restore --timeout 5`"
-        " runs at login, and the scrollback is saved every few seconds"
+        f"installed the agents multiserver.daemon and multiserver.restore in {agents}: daemon 1"
+        " stays up, started by launchd, and `multiserver restore --timeout 5` runs at login"
     ]
     assert logged(ms_dirs) == [
         f"enable {domain}/multiserver.daemon",
         f"enable {domain}/multiserver.restore",
-        f"enable {domain}/multiserver.save",
         f"print {domain}/multiserver.daemon",
         f"bootstrap {domain} {agents}/multiserver.daemon.plist",
-        f"print {domain}/multiserver.save",
-        f"bootstrap {domain} {agents}/multiserver.save.plist",
     ]
     daemon = plistlib.loads((agents / "multiserver.daemon.plist").read_bytes())
     assert daemon["ProgramArguments"][-2:] == ["daemon", "--service"]
@@ -453,25 +430,19 @@ def test_install_then_uninstall_with_launchd(
     assert daemon["EnvironmentVariables"]["MULTISERVER_RUNTIME_DIR"] == str(ms_dirs.runtime)
     restore = plistlib.loads((agents / "multiserver.restore.plist").read_bytes())
     assert restore["ProgramArguments"][-3:] == ["restore", "--timeout", "5"]
-    save = plistlib.loads((agents / "multiserver.save.plist").read_bytes())
-    assert save["ProgramArguments"][-4:] == ["save", "--scrollback", "--every", "5"]
     assert service("status") == [
         "multiserver.daemon: loaded, running, pid 77",
         f"multiserver.restore: installed ({agents}/multiserver.restore.plist), not loaded"
         " (it is at the next login)",
-        "multiserver.save: loaded, running, pid 77",
         f"daemon 1: not running ({paths.socket})",
     ]
     logged(ms_dirs)
 
     assert service("uninstall") == [
-        f"removed multiserver.daemon.plist, multiserver.restore.plist, multiserver.save.plist"
-        f" from {agents}"
+        f"removed multiserver.daemon.plist, multiserver.restore.plist from {agents}"
     ]
     assert logged(ms_dirs) == [
         f"print {domain}/multiserver.restore",
-        f"print {domain}/multiserver.save",
-        f"bootout {domain}/multiserver.save",
         f"print {domain}/multiserver.daemon",
         f"bootout {domain}/multiserver.daemon",
     ]

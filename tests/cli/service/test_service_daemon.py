@@ -206,13 +206,8 @@ async def test_uninstall_leaves_the_service_daemon_running_while_it_has_sessions
             " does not start again at login; `multiserver stop` ends it once they are done"
         ]
         calls = logged(ms_dirs)
-        assert (
-            "--user disable multiserver-restore.service multiserver-save.service multiserver.service"
-            in calls
-        )
-        # The saver is stopped (its last pass), the daemon with a session is not.
-        assert [line for line in calls if line.startswith("--user stop")] == [
-            "--user stop multiserver-save.service"
-        ]
+        assert "--user disable multiserver-restore.service multiserver.service" in calls
+        # The daemon with a session is not stopped.
+        assert [line for line in calls if line.startswith("--user stop")] == []
         assert proc.poll() is None
         assert os.listdir(ms_dirs.root / "config" / "systemd" / "user") == []

@@ -18,7 +18,6 @@ from multiserver_cli.service._units import (
     UnwritableUnit,
     systemd_daemon_unit,
     systemd_restore_unit,
-    systemd_save_unit,
 )
 from tests.cli.service.test_service import unit_sections, values
 
@@ -73,7 +72,6 @@ def units(spec: ServiceSpec) -> dict[str, str]:
     return {
         "multiserver.service": systemd_daemon_unit(spec),
         "multiserver-restore.service": systemd_restore_unit(spec),
-        "multiserver-save.service": systemd_save_unit(spec),
     }
 
 
@@ -110,7 +108,6 @@ def test_a_dollar_in_the_executable_s_path_runs_that_executable(tmp_path: Path) 
         for name, text in units(spec).items()
     }
     assert ran["multiserver.service"] == (exe, [exe, "--daemon", "1", "daemon", "--service"])
-    assert ran["multiserver-save.service"] == (exe, [exe, "save", "--scrollback", "--every", "5"])
     shell = ["/bin/sh", "-lc", 'exec "$0" "$@"']
     restore = [exe, "restore", "--timeout", "5"]
     assert ran["multiserver-restore.service"] == ("/bin/sh", [*shell, *restore])
