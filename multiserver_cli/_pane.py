@@ -39,7 +39,7 @@ def track_pane(name: str) -> None:
     if found is None:
         return
     which, pane = found
-    from multiserver_cli.service._units import launcher
+    from multiserver_cli._launcher import launcher
 
     argv = [*launcher(), "save", "--from", which, "--pane", f"{pane}={name}"]
     sys.stdout.flush()

@@ -313,6 +313,21 @@ def autojump_clock(monkeypatch: pytest.MonkeyPatch) -> trio.testing.MockClock:
     return clock
 
 
+# The terminal and login the suite was started from must not change what it
+# finds (issue 36: inside tmux, attach loaded more before raw mode): each of
+# these, set by the person's terminal, multiplexer, ssh login or own
+# settings, is removed before any test runs; TERM is one terminal for all.
+PERSON_ENV_PREFIXES = ("TMUX", "STY", "WINDOW", "KITTY_", "XDG_", "SSH_", "MULTISERVER_")
+PERSON_ENV_NAMES = ("COLUMNS", "LINES", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "COLORTERM")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in list(os.environ):
+        if name.startswith(PERSON_ENV_PREFIXES) or name in PERSON_ENV_NAMES:
+            del os.environ[name]
+    os.environ["TERM"] = "xterm-256color"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _pin_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fix pytest's own temp root before any test points TMPDIR elsewhere

@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ import attrs
 
 from multiserver import escaped
 from multiserver_cli._errors import CliError
+from multiserver_cli._launcher import launcher as launcher
 
 DAEMON_UNIT = "multiserver.service"
 RESTORE_UNIT = "multiserver-restore.service"
@@ -100,16 +100,6 @@ class ServiceSpec:
     def environment(self) -> dict[str, str]:
         """The settings, and the daemon relaunched sessions go to."""
         return {**dict(self.settings), "MULTISERVER_DAEMON": str(self.daemon)}
-
-
-def launcher(executable: str = sys.executable) -> tuple[str, ...]:
-    """How a service runs ``multiserver``: the script beside this
-    interpreter (a venv, pipx), else the interpreter with ``-P -m`` (no
-    directory of the caller's first on ``sys.path``)."""
-    script = Path(executable).with_name("multiserver")
-    if script.is_file() and os.access(script, os.X_OK):
-        return (str(script),)
-    return (executable, "-P", "-m", "multiserver_cli")
 
 
 def settings_from(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

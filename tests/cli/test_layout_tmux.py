@@ -221,11 +221,13 @@ async def test_a_tmux_layout_comes_back_after_a_reboot(
 
     second = TmuxServer(ms_dirs.root / "tmux-2.sock", env)
     servers.append(second)
-    second.tmux("new-session", "-d", "-s", "base", "sh")
+    # Named: unnamed, tmux names it after its program, once it has run
+    # (``tmux`` until then: issue 36 saw that race).
+    second.tmux("new-session", "-d", "-s", "base", "-n", "shell", "sh")
     restored = await ms(ms_dirs, "restore", "--open", "tmux", "--to", str(second.socket))
     assert "opened 4 panes in tmux" in restored.stderr.decode(), restored.stderr
     after = second.windows()
-    assert sorted(after) == ["base:sh", "work:edit", "work:logs"]
+    assert sorted(after) == ["base:shell", "work:edit", "work:logs"]
     assert_same_within_a_cell(before["work:edit"], after["work:edit"])
     assert_same_within_a_cell(before["work:logs"], after["work:logs"])
 
