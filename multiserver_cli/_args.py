@@ -179,7 +179,8 @@ def detach_options(p: argparse.ArgumentParser) -> None:
         dest="detach_spec",
         metavar="KEY",
         default=None,  # config.toml's detach_key, else DEFAULT_DETACH (_settings)
-        help="detach key, e.g. ^A (default ^\\, or config.toml's detach_key)",
+        help="detach key, e.g. ^A (default ^\\, or config.toml's detach_key); under another"
+        " key, ^\\ goes to the program, where it is SIGQUIT",
     )
     g.add_argument("-E", dest="no_detach", action="store_true", help="no detach key")
     p.add_argument(
