@@ -26,9 +26,10 @@ _ESCAPE_WINDOW = 256
 def safe_start(data: bytes | bytearray, cut: int) -> int:
     """The first index >= ``cut`` where replay may start after a cut.
 
-    Preference: just after the first newline within a window; otherwise the
-    first index that is neither inside an escape sequence begun before it nor
-    a UTF-8 continuation byte.
+    Preference: just after the first newline within a window, unless that
+    leaves nothing (``peek --bytes 48`` of a 62-byte line showed nothing,
+    issue 36); otherwise the first index that is neither inside an escape
+    sequence begun before it nor a UTF-8 continuation byte.
     """
     n = len(data)
     if cut <= 0:
@@ -36,7 +37,7 @@ def safe_start(data: bytes | bytearray, cut: int) -> int:
     if cut >= n:
         return n
     nl = data.find(b"\n", cut - 1, min(n, cut + _NEWLINE_WINDOW))
-    if nl != -1:
+    if nl != -1 and nl + 1 < n:  # a line start that leaves something to show
         return nl + 1
     pos = cut
     # Inside an escape sequence that started before the cut? Skip to its end.

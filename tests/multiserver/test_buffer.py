@@ -364,3 +364,19 @@ def test_replay_never_starts_inside_an_escape_or_utf8_sequence(
         peeked, _ = buf.peek(data.draw(st.integers(0, limit)))
         if peeked:
             assert b - len(peeked) in boundaries
+
+
+def test_a_cut_in_the_last_line_keeps_its_tail_rather_than_nothing() -> None:
+    """Issue 36: ``peek --bytes 48`` of one 62-byte line printed nothing,
+    the next line start being the end. A cut that would keep nothing keeps
+    the line's tail, from a character's start."""
+    line = "é".encode() * 30 + b"\r\n"  # 62 bytes
+    start = safe_start(line, len(line) - 48)
+    assert 0 < start < len(line) and line[start:].decode()  # whole characters
+    assert len(line) - start <= 48
+    buf = OutputBuffer(1 << 20)
+    buf.append(line)
+    assert buf.peek(48)[0] == line[start:]
+    # Another line after the cut: it is where the tail starts, as before.
+    two = b"first line\r\n" + b"second\r\n"
+    assert safe_start(two, 3) == len(b"first line\r\n")
