@@ -3,7 +3,10 @@ once (per daemon and version), with the command that upgrades it in place.
 
 Hooked into every handshake of the blocking client
 (``multiserver._hooks``) by ``main``; ``upgrade`` and ``daemon`` say versions
-themselves and are left out."""
+themselves and are left out. What is met is said when the command is done
+(``say_pending``, from ``main``): an ``attach`` meets its daemon before the
+replay, which would paint over a line said then (issue 36). It counts as
+told once said."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
 
 # What was said already: one line per daemon instance and version.
 TOLD = "told-older-daemon"
+# Met in this command, said at its end: (key, line).
+_pending: list[tuple[str, str]] = []
 
 
 def version_key(version: str) -> tuple[int, ...] | None:
@@ -66,35 +71,60 @@ def notice(welcome: Welcome, socket: Path) -> None:
     if theirs == __version__ or not is_older(theirs, __version__):
         return
     key = f"{welcome.instance_id} {server}"
-    if _told(key):
+    if any(k == key for k, _ in _pending) or _told(key):
         return
-    print(
-        f"multiserver: the daemon on {socket} runs multiserver {theirs}, older than this"
-        f" command ({__version__}); `multiserver upgrade` brings it up to date, keeping its"
-        " sessions",
-        file=sys.stderr,
+    _pending.append(
+        (
+            key,
+            f"multiserver: the daemon on {socket} runs multiserver {theirs}, older than this"
+            f" command ({__version__}); `multiserver upgrade` brings it up to date, keeping its"
+            " sessions",
+        )
     )
 
 
-def _told(key: str) -> bool:
-    """Whether ``key`` was said before; records it if not (best effort:
-    a state dir that cannot be written says it again next time)."""
+def say_pending() -> None:
+    """Say what this command met, once each, and record it as told."""
+    while _pending:
+        key, line = _pending.pop(0)
+        print(line, file=sys.stderr)
+        _record(key)
+
+
+def _told_path() -> Path | None:
     from multiserver import MultiserverError, ensure_private_dir, state_dir
 
     try:
-        path = ensure_private_dir(state_dir()) / TOLD
+        return ensure_private_dir(state_dir()) / TOLD
     except MultiserverError:
-        return False  # a state dir the checks refuse: said each time
+        return None  # a state dir the checks refuse: said each time
+
+
+def _told_lines(path: Path) -> list[str]:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
+            return f.read().splitlines()
     except OSError:
-        lines = []
+        return []
+
+
+def _told(key: str) -> bool:
+    """Whether ``key`` was said before."""
+    path = _told_path()
+    return path is not None and key in _told_lines(path)
+
+
+def _record(key: str) -> None:
+    """``key`` said (best effort: a state dir that cannot be written says it
+    again next time)."""
+    path = _told_path()
+    if path is None:
+        return
+    lines = _told_lines(path)
     if key in lines:
-        return True
+        return
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join([*lines[-99:], key]) + "\n")
     except OSError:
         pass
-    return False

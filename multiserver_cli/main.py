@@ -108,7 +108,10 @@ def main(argv: list[str] | None = None) -> None:
 
         WELCOME_HOOKS.append(notice)
     try:
-        status = run(command, args)
+        try:
+            status = run(command, args)
+        finally:
+            _say_pending()
     except UsageError as exc:  # pointing to the help of the command it was given to
         parser.exit(2, f"multiserver: {printable(str(exc))} (see: multiserver {args.cmd} --help)\n")
     except CliError as exc:
@@ -124,6 +127,15 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     sys.exit(status)
+
+
+def _say_pending() -> None:
+    """What a command met and had to keep until its screen was the
+    person's again (``_older``): said last."""
+    if "multiserver_cli._older" in sys.modules:
+        from multiserver_cli._older import say_pending
+
+        say_pending()
 
 
 def _say_error(exc: Exception) -> None:

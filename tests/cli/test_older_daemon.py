@@ -10,7 +10,7 @@ import trio
 
 from multiserver import __version__
 from multiserver._light_messages import Welcome
-from multiserver_cli._older import is_older, notice, version_key
+from multiserver_cli._older import is_older, notice, say_pending, version_key
 from tests.conftest import MsDirs, RunningDaemon
 
 
@@ -44,14 +44,33 @@ def test_an_older_daemon_is_named_once_with_the_upgrade_command(
 ) -> None:
     socket = Path("/run/x.socket")
     notice(welcome("multiserver/0.0.1"), socket)
+    notice(welcome("multiserver/0.0.1"), socket)  # met twice in one command
+    assert capsys.readouterr().err == ""  # kept until the command is done
+    say_pending()
     first = capsys.readouterr().err
     assert first.count("\n") == 1
     assert "runs multiserver 0.0.1, older than this command" in first
     assert f"({__version__})" in first and "`multiserver upgrade`" in first
     notice(welcome("multiserver/0.0.1"), socket)
+    say_pending()
     assert capsys.readouterr().err == ""
     # Another daemon (or the same one at another old version) is news again.
     notice(welcome("multiserver/0.0.1", "b" * 32), socket)
+    say_pending()
+    assert "older than this command" in capsys.readouterr().err
+
+
+def test_a_notice_never_said_is_not_told(
+    ms_dirs: MsDirs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36: an attach met the older daemon, the replay painted over
+    the line, and it counted as told. Told is what was said."""
+    import multiserver_cli._older as older
+
+    notice(welcome("multiserver/0.0.1", "c" * 32), Path("/run/x.socket"))
+    older._pending.clear()  # the command died before its end: nothing said
+    notice(welcome("multiserver/0.0.1", "c" * 32), Path("/run/x.socket"))
+    say_pending()
     assert "older than this command" in capsys.readouterr().err
 
 
@@ -60,6 +79,7 @@ def test_a_daemon_as_new_or_newer_is_not_mentioned(
 ) -> None:
     for server in (f"multiserver/{__version__}", "multiserver/999.0", "other/1.0"):
         notice(welcome(server), Path("/run/x.socket"))
+    say_pending()
     assert capsys.readouterr().err == ""
 
 
