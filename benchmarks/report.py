@@ -200,7 +200,7 @@ def peer_comparison(rows: Sequence[Row]) -> list[str]:
             for p in theirs
         ]
         out.append(
-            f"- {figure}: multiserver ({best.subject.removeprefix('multiserver').strip(', :')}) "
+            f"- {figure}: {_ours(best.subject)} "
             f"{fmt_value(best.value, best.unit)}; each peer, and its figure over "
             f"multiserver's: {'; '.join(parts)}"
         )
@@ -311,3 +311,12 @@ def heading(info: RunInfo) -> str:
         f"{machine['CPUs (nproc)']} CPUs, load average {info.load[0]:.2f} at the start, "
         f"{info.load[1]:.2f} at the end. The full tables: docs/benchmarks.md"
     )
+
+
+def _ours(subject: str) -> str:
+    """multiserver's subject, once: ``multiserver (how)`` (a subject may
+    already be written so: "multiserver (touches no session)")."""
+    how = subject.removeprefix("multiserver").strip(", :")
+    if how.startswith("(") and how.endswith(")"):
+        how = how[1:-1]
+    return f"multiserver ({how})" if how else "multiserver"

@@ -15,7 +15,10 @@ from argparse import ArgumentParser, Namespace
 
 NAME = "completion"
 HELP = "print a script that completes commands, flags and session names in bash, zsh or fish"
-EXAMPLE = "multiserver completion bash >> ~/.bashrc   # or zsh, fish"
+# One way, as the README says it: evaluated at each shell's start, so that
+# it follows an upgrade (a copy appended to ~/.bashrc would go stale).
+EXAMPLE = 'eval "$(multiserver completion bash)"   # in ~/.bashrc; or zsh, fish'
+
 # main hands this command the whole parser (args.whole_parser): the
 # commands are main's table, which no command imports.
 WHOLE_PARSER = True

@@ -379,4 +379,6 @@ def _open_layout(store: ArrangementStore, args: Namespace, held: set[str]) -> li
     except CliError as exc:
         # The sessions are restored all the same: say it, report them.
         return [f"layout not opened: {exc}"]
+    if args.open == "print":  # nothing opened: the commands are printed, for a person to run
+        return [*lines, f"printed the commands for {plural(len(ops), 'pane')}"]
     return [*lines, f"opened {plural(len(ops), 'pane')} in {args.open}"]

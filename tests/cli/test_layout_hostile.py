@@ -167,6 +167,8 @@ def test_the_printed_plan_runs_no_line_from_a_name(ms_dirs: MsDirs) -> None:
     # restore's report goes to stderr.
     script = done.stdout.decode()
     assert "NAME " not in script and "OUTCOME" in done.stderr.decode()
+    # Nothing was opened: it says what it printed (issue 36: "opened 1 pane in print").
+    assert "printed the commands for 1 pane" in done.stderr.decode(), done.stderr
     assert "# w\\ntouch made-by-window / t\\ntouch made-by-title" in script, script
     # Run it, with a wezterm that only answers a pane id.
     bin_dir = ms_dirs.root / "bin"
