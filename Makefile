@@ -6,9 +6,14 @@ STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test test-deps check lint types faces bench soak clean venv
 
+# Set-up says in one line what it does; pip's own words go to a log, shown
+# whole if it fails.
+INSTALL_LOG := $(VENV)/install.log
+
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	@echo "making $(VENV) (a virtualenv for multiserver and its dependencies)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade pip > $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
 
 # Editable, in setuptools' "compat" mode: a .pth line puts the checkout on
 # sys.path. The default mode's import finder runs in every process of the
@@ -17,8 +22,9 @@ $(BIN)/python:
 EDITABLE := --config-settings editable_mode=compat
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]' $(EDITABLE)
-	touch $(STAMP)
+	@echo "installing multiserver (editable) and its development tools into $(VENV) (log: $(INSTALL_LOG))"
+	@$(BIN)/pip install -q -e '.[dev]' $(EDITABLE) >> $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@touch $(STAMP)
 
 venv: $(STAMP)
 
@@ -38,9 +44,10 @@ test-deps:
 	@command -v dpkg-query >/dev/null || exit 0; \
 	missing=$$(for p in $(TEST_PACKAGES); do \
 	  dpkg-query -W -f '$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	missing=$$(echo $$missing); \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing for the tests: $$missing"; \
+	  echo "installing with apt what some tests drive for real: $$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get install -y -q $$missing >/dev/null 2>&1 \
 	  || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $$missing >/dev/null 2>&1; } \
@@ -71,8 +78,9 @@ faces: $(STAMP)
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): pyproject.toml | $(STAMP)
-	$(BIN)/pip install -q -e '.[dev,bench]' $(EDITABLE)
-	touch $(BENCH_STAMP)
+	@echo "installing what the benchmarks draw with (matplotlib) into $(VENV) (log: $(INSTALL_LOG))"
+	@$(BIN)/pip install -q -e '.[dev,bench]' $(EDITABLE) >> $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks
