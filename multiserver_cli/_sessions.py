@@ -167,9 +167,10 @@ def scan(number: int | None = None, *, foreground: bool = False, also: Iterable[
     return Scan(daemons, problems, frozenset(str(s) for s in silent))
 
 
-def survey(saved: Saved, number: int | None = None) -> Survey:
+def survey(saved: Saved, number: int | None = None, *, foreground: bool = False) -> Survey:
     """What names are decided on: every daemon's children (or daemon
-    ``number``'s only) and the saved sessions. The daemons saved sessions
+    ``number``'s only; ``foreground``: with where their foreground process
+    is) and the saved sessions. The daemons saved sessions
     live on are asked wherever they are: a state dir shared by two logins
     whose runtime dirs differ (one with ``$XDG_RUNTIME_DIR``, an ssh login
     without) names daemons of the other's."""
@@ -179,7 +180,7 @@ def survey(saved: Saved, number: int | None = None) -> Survey:
     here = [leaf for leaf in leaves if leaf.host is None]
     elsewhere = [leaf.name for leaf in leaves if leaf.host is not None]
     refs = (leaf.ref.socket for leaf in here if leaf.ref is not None)
-    result = scan(number, also=refs)
+    result = scan(number, foreground=foreground, also=refs)
     return Survey(result.daemons, result.silent, here, result.problems, elsewhere)
 
 

@@ -46,7 +46,9 @@ def run(args: Namespace) -> int:
     from multiserver_cli._sessions import survey
 
     with _state.open_saved() as saved:
-        view = survey(saved, _args.only_daemon(args))
+        # Where each program is now (its foreground process's cwd), as tmux
+        # shows a pane's path, not where it started (issue 36).
+        view = survey(saved, _args.only_daemon(args), foreground=True)
         theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
     if args.names:
         from multiserver import printable
@@ -57,7 +59,7 @@ def run(args: Namespace) -> int:
     for problem in view.problems:
         _state.warn(problem)
     # Each child under the name `attach` takes: its saved session's, if any.
-    every = sessions(view)
+    every = [_where_now(s) for s in sessions(view)]
     rows = [s for s in every if s.child is not None]
     # Saved sessions with no live child: programs that ended unseen, their
     # daemon gone (kept until seen: attach, peek), and programs gone (a
@@ -179,6 +181,16 @@ def child_json(
         "daemon_instance": instance_id,
         "saved": saved,
     }
+
+
+def _where_now(s: Session) -> Session:
+    """A session with its child's cwd where its foreground process is, when
+    the daemon could tell."""
+    from multiserver import replaced
+
+    if s.child is None or not s.child.fg_cwd or s.child.fg_cwd == s.child.cwd:
+        return s
+    return replaced(s, child=replaced(s.child, cwd=s.child.fg_cwd))
 
 
 def _as_kept(leaf: SessionLeaf) -> SessionLeaf:

@@ -411,3 +411,32 @@ def test_a_write_that_fails_while_attached_is_said_once_at_the_end(
     err = capsys.readouterr().err
     assert err.startswith("multiserver: could not keep what the session showed:")
     assert err.count("\n") == 1
+
+
+async def test_ls_shows_where_a_program_is_and_restore_brings_it_back_there(
+    ms_dirs: MsDirs,
+) -> None:
+    """Issue 36: after ``cd /var/log`` in a session, ``ls`` showed where it
+    started. It shows its foreground process's cwd now, and a restore after
+    a reboot starts it again where it last was (its daemon kept that on disk
+    when its output came)."""
+    starts = ms_dirs.root / "starts"
+    script = f"pwd >> {starts} && cd /var/log && echo moved && exec sleep 300"
+    await ms(
+        ms_dirs, "new", "-d", "-n", "mover", "--cwd", str(ms_dirs.root), "--", "sh", "-c", script
+    )
+    await wait_saved("mover", b"moved")
+    listed = await sessions(ms_dirs)
+    assert listed["mover"]["cwd"] == "/var/log"
+    table = (await ms(ms_dirs, "ls")).stdout.decode()
+    assert re.search(r"^mover .* /var/log ", table, re.M), table
+    path = kept_path("mover")
+    assert path is not None
+    await wait_until(lambda: (read_state(path) or {}).get("cwd") == "/var/log", 10, "kept")
+    await reboot(ms_dirs)
+    report = json.loads((await ms(ms_dirs, "restore", "--json")).stdout)
+    assert [(s["name"], s["outcome"]) for s in report["sessions"]] == [("mover", "relaunched")]
+    # Where each run started: the first where it was made, the relaunch
+    # where the first run was when its machine went down.
+    await wait_until(lambda: len(starts.read_text().splitlines()) == 2, 10, "the relaunch")
+    assert starts.read_text().splitlines() == [str(ms_dirs.root), "/var/log"]
