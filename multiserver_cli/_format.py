@@ -48,17 +48,48 @@ def _truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]], squeeze: Sequence[str] = ()) -> str:
     """Columns for a person; every cell ``printable`` (a name, an argv or a
-    detail that came from a program cannot act on the terminal)."""
+    detail that came from a program cannot act on the terminal). At a
+    terminal, the columns named in ``squeeze`` are cut (``…``), widest
+    first, until a row fits its width (issue 36: a row wrapped at 120
+    columns is every row wrapped); to a pipe, nothing is cut."""
     rows = [[printable(c) for c in row] for row in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
+    room = _terminal_width()
+    cut = [i for i, h in enumerate(header) if h in squeeze]
+    if room is not None and cut:
+        over = sum(widths) + 2 * (len(widths) - 1) - room
+        while over > 0:
+            widest = max(cut, key=lambda i: widths[i])
+            least = max(len(header[widest]), 8)
+            if widths[widest] <= least:
+                break
+            step = min(over, widths[widest] - least)
+            widths[widest] -= step
+            over -= step
+        rows = [[_truncate(c, widths[i]) for i, c in enumerate(r)] for r in rows]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+def _terminal_width() -> int | None:
+    """The columns of the terminal stdout is, if it is one and says
+    (``$COLUMNS`` first, as ``shutil.get_terminal_size`` reads it; a
+    terminal of 0 columns says nothing)."""
+    if not sys.stdout.isatty():
+        return None
+    given = os.environ.get("COLUMNS", "")
+    if given.isascii() and given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns or None
+    except (OSError, ValueError):
+        return None
 
 
 def plural(n: int, word: str) -> str:
@@ -177,4 +208,4 @@ def ls_table(
             human_bytes(len(leaf.scrollback or b"")),
         ]
         rows.append(row if daemons is None else [row[0], leaf.host or "-", *row[1:]])
-    return table(header, rows)
+    return table(header, rows, squeeze=("COMMAND", "CWD", "STATE"))

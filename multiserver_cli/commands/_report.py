@@ -82,9 +82,12 @@ def read_report(path: Path) -> dict[str, object] | None:
 # --- for a person ------------------------------------------------------------------------
 
 
-def show(out: dict[str, Any], as_json: bool, script: bool = False) -> int:
+def show(out: dict[str, Any], as_json: bool, script: bool = False, said: bool = False) -> int:
     """Print a restore's outcomes; its exit status. ``script``: stdout is a
-    script's (``--open print``), so the table goes to stderr."""
+    script's (``--open print``), so the table goes to stderr. ``said``:
+    each session's outcome was said as it came, on stderr; where stderr and
+    stdout are one terminal the table leaves them out (issue 36: every
+    session twice), and keeps the sweep's rows."""
     status = 0 if out.get("ok") and out.get("saved", True) and out.get("opened_ok", True) else 1
     if not as_json:
         for line in out.get("opened", []):
@@ -98,6 +101,8 @@ def show(out: dict[str, Any], as_json: bool, script: bool = False) -> int:
         print_json(out)
         return status
     rows = out["sessions"]
+    if said and not script and _one_terminal():
+        rows = []
     table_rows = [
         [
             str(r["name"]),
@@ -120,12 +125,26 @@ def show(out: dict[str, Any], as_json: bool, script: bool = False) -> int:
     ]
     if table_rows:
         print(
-            table(["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"], table_rows),
+            table(
+                ["NAME", "OUTCOME", "DAEMON", "DETAIL", "TIME"],
+                table_rows,
+                squeeze=("DETAIL", "DAEMON"),
+            ),
             file=sys.stderr if script else sys.stdout,
         )
-    else:
+    elif not out["sessions"]:
         print("nothing to restore", file=sys.stderr)
     return status
+
+
+def _one_terminal() -> bool:
+    """Whether stdout and stderr are the same terminal (a person reads both)."""
+    try:
+        if not (sys.stdout.isatty() and sys.stderr.isatty()):
+            return False
+        return os.fstat(sys.stdout.fileno()).st_rdev == os.fstat(sys.stderr.fileno()).st_rdev
+    except (OSError, ValueError):
+        return False
 
 
 def _daemon_label(socket: str) -> str:

@@ -17,7 +17,7 @@ NAME = "completion"
 HELP = "print a script that completes commands, flags and session names in bash, zsh or fish"
 # One way, as the README says it: evaluated at each shell's start, so that
 # it follows an upgrade (a copy appended to ~/.bashrc would go stale).
-EXAMPLE = 'eval "$(multiserver completion bash)"   # in ~/.bashrc; or zsh, fish'
+EXAMPLE = 'multiserver completion bash   # in ~/.bashrc: eval "$(multiserver completion bash)"'
 
 # main hands this command the whole parser (args.whole_parser): the
 # commands are main's table, which no command imports.

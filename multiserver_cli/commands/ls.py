@@ -48,11 +48,11 @@ def run(args: Namespace) -> int:
     with _state.open_saved() as saved:
         # Where each program is now (its foreground process's cwd), as tmux
         # shows a pane's path, not where it started (issue 36).
-        view = survey(saved, _args.only_daemon(args), foreground=True)
+        view = survey(saved, _args.only_daemon(args), foreground=not args.names)
         theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
-    if args.names:
-        from multiserver import printable
+    from multiserver import printable
 
+    if args.names:
         names = [s.name for s in sessions(view)] + [leaf.name for leaf in theirs]
         sys.stdout.write("".join(f"{printable(n)}\n" for n in dict.fromkeys(names)))
         return 0
@@ -67,7 +67,7 @@ def run(args: Namespace) -> int:
     # taken: ls lists them, so as never to say "no sessions" meanwhile.
     holds = _holds(every)
     kept = [
-        (_as_kept(s.leaf), _saved_state(s, holds))
+        (_as_kept(s.leaf), *_saved_state(s, holds))
         for s in every
         if s.child is None and s.leaf is not None
     ]
@@ -85,7 +85,7 @@ def run(args: Namespace) -> int:
     if args.json:
         print_json(
             [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
-            + [_saved_json(leaf, state) for leaf, state in kept]
+            + [_saved_json(leaf, why) for leaf, _, why in kept]
             + [{**r.raw, "host": r.host} for r in remote]
             + [_saved_there_json(leaf, why) for leaf, why in gone]
         )
@@ -98,9 +98,15 @@ def run(args: Namespace) -> int:
                 daemons=daemons if len(set(daemons)) > 1 or gone else None,
                 waiting=waiting + [r.waiting for r in remote],
                 notes=[_note(s) for s in rows] + [None] * len(remote),
-                saved=kept + [(leaf, f"saved, not running: {why}") for leaf, why in gone],
+                saved=[(leaf, short) for leaf, short, _ in kept]
+                + [(leaf, "not running") for leaf, _ in gone],
             )
         )
+        # Why each saved one is as it is: a line each, under the table.
+        for leaf, why in [(leaf, why) for leaf, _, why in kept] + [
+            (leaf, f"saved, not running: {why}") for leaf, why in gone
+        ]:
+            print(f"  {printable(leaf.name)}: {printable(why)}")
     elif not view.problems and not remote_problems:
         print("no sessions", file=sys.stderr)
     # A daemon or a host that could not be read is not "no sessions": say
@@ -222,10 +228,12 @@ def _holds(every: list[Session]) -> dict[tuple[str, int], int]:
     return {key: hold.client_pid for key, hold in live_holds().items()}
 
 
-def _saved_state(s: Session, holds: dict[tuple[str, int], int]) -> str:
-    """STATE of a saved session with no live child: how its program ended
-    (kept until seen), held by a client whose daemon died (as restore says
-    it), or why it is not running and what brings it back."""
+def _saved_state(s: Session, holds: dict[tuple[str, int], int]) -> tuple[str, str]:
+    """STATE of a saved session with no live child, short (the table's
+    cell) and whole (``--json``'s detail, and the line under the table):
+    how its program ended (kept until seen), held by a client whose daemon
+    died (as restore says it), or why it is not running and what brings
+    it back."""
     from multiserver import describe_exit
     from multiserver_cli._names import SavedOnly
     from multiserver_cli._sessions import saved_end
@@ -233,14 +241,17 @@ def _saved_state(s: Session, holds: dict[tuple[str, int], int]) -> str:
     ref = s.leaf.ref if s.leaf is not None else None
     client = None if ref is None else holds.get((ref.instance_id, ref.child_id))
     if client is not None:
-        return f"held by a client whose daemon died (pid {client}); restore leaves it alone"
+        why = f"held by a client whose daemon died (pid {client}); restore leaves it alone"
+        return "held", why
     ended = saved_end(SavedOnly(s))
     if ended is not None:
         assert ended.exit_code is not None
-        return f"{describe_exit(ended.exit_code)} (saved: its daemon is gone)"
+        code = describe_exit(ended.exit_code)
+        return code, f"{code} (saved: its daemon is gone)"
     if s.unanswered:  # its program may well run there still
-        return f"saved, not seen: {s.why_not_running}; its program may run there still"
-    return f"saved, not running: {s.why_not_running}; restore starts it again"
+        why = f"saved, not seen: {s.why_not_running}; its program may run there still"
+        return "not seen", why
+    return "not running", f"saved, not running: {s.why_not_running}; restore starts it again"
 
 
 def _saved_json(leaf: SessionLeaf, state: str) -> dict[str, object]:

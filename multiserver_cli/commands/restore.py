@@ -138,7 +138,8 @@ async def run(args: Namespace) -> int:
         if out is None:
             return 1
         _report.write_report(report, out)
-        return _report.show(await _opened(out, args), args.json, args.open == "print")
+        # Each session's outcome was said as it came: at a terminal, once.
+        return _report.show(await _opened(out, args), args.json, args.open == "print", said=True)
     finally:
         os.close(lock_fd)
 

@@ -291,8 +291,10 @@ async def test_daemon_prints_its_socket_and_stop_refuses_while_sessions_run(
     # `a` is still saved, its name taken: ls lists it, with what brings it back.
     shown = await ms(ms_dirs, "ls")
     assert b"no sessions" not in shown.stderr
-    (row,) = [line for line in shown.stdout.decode().splitlines() if line.startswith("a ")]
-    assert "saved, not running: daemon 1 is not running; restore starts it again" in row
+    lines = shown.stdout.decode().splitlines()
+    (row,) = [line for line in lines if line.startswith("a ")]
+    assert " not running " in row
+    assert "  a: saved, not running: daemon 1 is not running; restore starts it again" in lines
     [entry] = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
     assert (entry["name"], entry["state"], entry["pid"], entry["saved"]) == (
         "a",

@@ -160,8 +160,10 @@ def test_a_saved_session_its_host_no_longer_has_is_listed(ms_dirs: MsDirs, sshd:
 
     listed = run(ms_dirs, sshd, "ls")
     assert listed.returncode == 0, listed.stderr
-    (line,) = [ln for ln in listed.stdout.splitlines() if ln.startswith("rh:job2 ")]
-    assert "saved, not running: gone from rh;" in line and " rh " in line, listed.stdout
+    lines = listed.stdout.splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("rh:job2 ")]
+    assert " not running " in line and " rh " in line, listed.stdout
+    assert any(ln.startswith("  rh:job2: saved, not running: gone from rh;") for ln in lines)
     rows = json.loads(run(ms_dirs, sshd, "ls", "--json").stdout)
     assert [(r["name"], r["host"], r["state"]) for r in rows if r.get("host")] == [
         ("job2", "rh", "not running")
