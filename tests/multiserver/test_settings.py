@@ -290,7 +290,7 @@ def test_the_daemon_started_by_hand_refuses_a_bad_value_in_one_line(
     assert (alone.returncode, alone.stderr) == (2, done.stderr)
 
 
-# --- the table is every variable ------------------------
+# --- the table is every variable, and every one is documented ------------------------
 
 
 def _shipped_sources() -> str:
@@ -305,3 +305,9 @@ def test_every_variable_the_code_reads_is_a_row_of_the_table() -> None:
     named = set(re.findall(r"MULTISERVER_[A-Z][A-Z_]*[A-Z]", _shipped_sources()))
     rows = {s.env for s in ENVIRONMENT}
     assert named == rows
+
+
+def test_every_variable_is_documented_where_a_person_looks() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for setting in ENVIRONMENT:
+        assert f"`{setting.env}`" in readme, setting.env
