@@ -42,7 +42,6 @@ EXPORTS = {
         "read_state",
     ),
     "multiserver._ecma48": ("unfinished_at",),
-    "multiserver._envconfig": ("MAX_BUFFER_LIMIT",),
     "multiserver._errors": (
         "ChildFailed",
         "ConnectionClosed",
@@ -51,6 +50,7 @@ EXPORTS = {
         "MultiserverError",
         "PeerProtocolError",
         "RequestFailed",
+        "SettingError",
         "UnsafeDirectory",
         "UntrustedPeer",
         "VersionRefused",
@@ -80,6 +80,13 @@ EXPORTS = {
         "write_whole",
     ),
     "multiserver._platform": ("foreground", "set_winsize"),
+    "multiserver._setting_kinds": ("AbsolutePath", "Kind", "Seconds", "Setting"),
+    "multiserver._settings": (
+        "ENVIRONMENT",
+        "MAX_BUFFER_LIMIT",
+        "check_environment",
+        "from_environment",
+    ),
     "multiserver._record": ("Twin", "mutable_record", "record"),
     "multiserver._screen": ("ScreenModes", "screen_reset"),
     "multiserver._proto": (

@@ -35,9 +35,6 @@ from multiserver._env import (
     launch_env as launch_env,
     strip_env as strip_env,
 )
-from multiserver._envconfig import (
-    MAX_BUFFER_LIMIT as MAX_BUFFER_LIMIT,
-)
 from multiserver._errors import (
     ChildFailed as ChildFailed,
     ConnectionClosed as ConnectionClosed,
@@ -46,6 +43,7 @@ from multiserver._errors import (
     MultiserverError as MultiserverError,
     PeerProtocolError as PeerProtocolError,
     RequestFailed as RequestFailed,
+    SettingError as SettingError,
     UnsafeDirectory as UnsafeDirectory,
     UntrustedPeer as UntrustedPeer,
     VersionRefused as VersionRefused,
@@ -135,6 +133,18 @@ from multiserver._results import (
 from multiserver._screen import (
     ScreenModes as ScreenModes,
     screen_reset as screen_reset,
+)
+from multiserver._setting_kinds import (
+    AbsolutePath as AbsolutePath,
+    Kind as Kind,
+    Seconds as Seconds,
+    Setting as Setting,
+)
+from multiserver._settings import (
+    ENVIRONMENT as ENVIRONMENT,
+    MAX_BUFFER_LIMIT as MAX_BUFFER_LIMIT,
+    check_environment as check_environment,
+    from_environment as from_environment,
 )
 from multiserver._spawn import (
     TimedOut as TimedOut,

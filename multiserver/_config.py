@@ -1,30 +1,42 @@
 """The daemon's settings, apart from the daemon: a client needs them to
-start one, and should not import the daemon to do so."""
+start one, and should not import the daemon to do so. Each field that is a
+setting is checked by its row of ``_settings`` (the kind that checks the
+environment and the daemon's command line), so a config no daemon would
+serve with cannot be made."""
 
 from __future__ import annotations
 
 import attrs
 
-from multiserver._envconfig import MAX_BUFFER_LIMIT, env_settings, settings_args
+from multiserver._settings import BY_NAME, DAEMON_FIELDS, env_settings, settings_args
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _setting(name: str) -> Any:
+    """The field of setting ``name``: its default, checked by its kind."""
+    setting = BY_NAME[name]
+
+    def check(instance: object, attribute: object, value: object) -> None:
+        setting.check(value)
+
+    return attrs.field(default=setting.default, validator=check)
 
 
 @attrs.frozen
 class DaemonConfig:
-    buffer_limit: int = attrs.field(
-        default=1024 * 1024,
-        validator=attrs.validators.and_(
-            attrs.validators.ge(0), attrs.validators.le(MAX_BUFFER_LIMIT)
-        ),
-    )
-    idle_exit: float | None = 5.0  # seconds with no child and no client; None: never
+    buffer_limit: int = _setting("buffer_limit")
+    idle_exit: float | None = _setting("idle_exit")  # None: never
     stall_timeout: float = 10.0
     max_queued_notices: int = 10_000
     outbox_high_water: int = 8 * 1024 * 1024
     # Bounds on what clients send. A frame must be whole this long after its
     # first byte arrived; a new connection must say Hello this soon.
-    frame_timeout: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    frame_timeout: float = _setting("frame_timeout")
     hello_timeout: float = 10.0
-    max_connections: int = attrs.field(default=512, validator=attrs.validators.ge(1))
+    max_connections: int = _setting("max_connections")
     # Incomplete frames: each connection may hold ``intake_free`` bytes of
     # one; beyond that, all connections share ``intake_limit`` bytes, and a
     # connection waits (its data stays in the kernel) until there is room.
@@ -37,18 +49,11 @@ class DaemonConfig:
 
 
 def config_from_env() -> DaemonConfig:
-    """Daemon settings from MULTISERVER_BUFFER_LIMIT, MULTISERVER_IDLE_EXIT,
-    MULTISERVER_FRAME_TIMEOUT and MULTISERVER_MAX_CONNECTIONS."""
+    """Daemon settings from the environment (``_settings.env_settings``).
+    Raises SettingError (one line) for a bad variable."""
     return DaemonConfig(**env_settings())  # type: ignore[arg-type]
 
 
 def config_args(config: DaemonConfig) -> list[str]:
     """The daemon's command line for ``config`` (what ``_daemon_main`` reads)."""
-    return settings_args(
-        {
-            "buffer_limit": config.buffer_limit,
-            "idle_exit": config.idle_exit,
-            "frame_timeout": config.frame_timeout,
-            "max_connections": config.max_connections,
-        }
-    )
+    return settings_args({field: getattr(config, field) for field in DAEMON_FIELDS})

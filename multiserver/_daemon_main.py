@@ -51,6 +51,7 @@ from multiserver._files import DaemonFiles
 from multiserver._origin import DaemonOrigin, Started, read_origin
 from multiserver._paths import DaemonPaths, LockBusy, try_lock, wait_lock
 from multiserver._server import SERVER_NAME, Daemon
+from multiserver._settings import daemon_options
 from multiserver._snapshot import (
     Snapshot,
     SnapshotError,
@@ -334,20 +335,17 @@ class _Args:
             raise ValueError(f"unknown option {bad[0]}")
         if len(argv) % 2 or len(opts) != len(names):
             raise ValueError("each option is given once, with a value")
+        settings = daemon_options(opts)  # SettingError: "--idle-exit nan: must be ..."
         missing = [n for n in ("--socket", "--ready-fd", "--lock-fd") if n not in opts]
         if missing:
             raise ValueError(f"missing {missing[0]}")
-        idle = opts.get("--idle-exit", "5.0")
         try:
             return cls(
                 socket=Path(opts["--socket"]),
                 ready_fd=int(opts["--ready-fd"]),
                 lock_fd=int(opts["--lock-fd"]),
                 state_dir=Path(opts["--state-dir"]) if "--state-dir" in opts else None,
-                buffer_limit=int(opts.get("--buffer-limit", DaemonConfig().buffer_limit)),
-                idle_exit=None if idle == "never" else float(idle),
-                frame_timeout=float(opts.get("--frame-timeout", DaemonConfig().frame_timeout)),
-                max_connections=int(opts.get("--max-connections", DaemonConfig().max_connections)),
+                **settings,  # type: ignore[arg-type]
             )
         except ValueError as exc:
             raise ValueError(f"bad option value: {exc}") from None

@@ -31,6 +31,8 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Mapping
 
+from multiserver._setting_kinds import split_patterns
+
 DEFAULT_TERM = "xterm-256color"
 OWN_ENV_PREFIX = "MULTISERVER_"
 # The client's terminal multiplexer (tmux, GNU screen): never a session's.
@@ -47,7 +49,7 @@ DEFAULT_STRIP_ENV: tuple[str, ...] = (
     "GITHUB_TOKEN",
     "GH_TOKEN",
 )
-STRIP_VAR = "MULTISERVER_STRIP_ENV"
+STRIP_VAR = "MULTISERVER_STRIP_ENV"  # as _settings.ENVIRONMENT names them
 KEEP_VAR = "MULTISERVER_KEEP_ENV"
 
 
@@ -64,9 +66,9 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def env_patterns(raw: str | None) -> list[str]:
-    """A colon-separated list of names or globs (empty entries ignored)."""
-    return [p for p in (raw or "").split(":") if p]
+# A colon-separated list of names or globs (empty entries ignored): as the
+# table of settings reads $MULTISERVER_STRIP_ENV and $MULTISERVER_KEEP_ENV.
+env_patterns = split_patterns
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:

@@ -21,6 +21,12 @@ class UntrustedPeer(UnsafeDirectory):
     sending it a byte."""
 
 
+class SettingError(MultiserverError, ValueError):
+    """A setting's value that its kind refuses (``_settings``): ``str()``
+    is one line naming where it came from (a variable, a flag, a file's
+    line) and what is allowed."""
+
+
 class DaemonNotRunning(MultiserverError):
     """Nothing listens on the socket (and the caller asked not to start one)."""
 

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from multiserver._errors import UnsafeDirectory
+from multiserver._settings import BY_NAME as SETTINGS
 from multiserver._trust import (
     check_path_chain,
     check_private_dir,
@@ -249,11 +250,11 @@ class DaemonPaths:
 
 
 def default_daemon_number() -> int:
-    raw = os.environ.get("MULTISERVER_DAEMON", "1")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"MULTISERVER_DAEMON must be a number, got {raw!r}") from None
+    """``$MULTISERVER_DAEMON``, else 1; SettingError (a ValueError) if it
+    is not a daemon's number."""
+    number = SETTINGS["daemon"].from_env()
+    assert isinstance(number, int)
+    return number
 
 
 class LockBusy(Exception):

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-from multiserver._envconfig import env_settings, settings_args
 from multiserver._errors import (
     DaemonAlreadyRunning,
     DaemonNotRunning,
@@ -28,6 +27,7 @@ from multiserver._errors import (
 )
 from multiserver._paths import DaemonPaths, LockBusy, try_lock
 from multiserver._peer import verify_peer
+from multiserver._settings import env_settings, settings_args
 from multiserver._stale import remove_stale_socket
 from multiserver._trust import check_socket
 

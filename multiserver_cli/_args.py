@@ -1,8 +1,10 @@
 """The command line's grammar, shared by every command: the parser and its
 help formatter, the top-level parser with a sub-parser per command
-(``parser_for``), the option groups several commands take (the detach
-key, what of this environment a session gets, ``--to``), and what the
-shared options become once parsed (``settle``).
+(``parser_for``), the flags that carry a setting (``SettingFlag``: read by
+the setting's row, as its variable and the file are), the option groups
+several commands take (the detach key, what of this environment a session
+gets, ``--to``), and what the shared options become once parsed
+(``settle``).
 
 A command is a module of ``commands/`` (a ``Command``); this module
 imports none of them: ``main`` hands it its table, and ``save`` the two
@@ -15,13 +17,13 @@ import argparse
 import os
 import sys
 
-DEFAULT_DETACH = "^\\"
+from multiserver_cli.attach._keys import DEFAULT_DETACH
 
 # Types only: typing at run time would cost every command its import.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
-    from typing import NoReturn, Protocol
+    from typing import Any, NoReturn, Protocol
 
     class Command(Protocol):
         """What a module of ``commands/`` holds, as tmux's command entry
@@ -48,6 +50,48 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         except (OSError, ValueError):
             columns = int(os.environ.get("COLUMNS", "80") or 80)
         super().__init__(prog, width=max(columns, 40) - 2)
+
+
+class SettingFlag(argparse.Action):
+    """A flag that carries a setting (``setting=``: its row's name in
+    ``_settings.SETTINGS``): its text read by that row's kind, as the
+    environment and the file are, so a value it refuses is the line they
+    would say, naming the flag (``-e '^ß': must be ...``), a usage error.
+    It notes ``DEST_given`` (``_settings.apply``: a flag given wins, even
+    one whose value is None, ``--grace none``). ``append``: each one adds
+    one item to a list (``--strip-env``)."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        setting: str,
+        append: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.setting, self.append = setting, append
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        from multiserver import SettingError
+        from multiserver_cli._settings import BY_NAME
+
+        flag = option_string or self.option_strings[0]
+        try:
+            value = BY_NAME[self.setting].from_flag(flag, str(values), one=self.append)
+        except SettingError as exc:
+            parser.error(str(exc))
+        if self.append:  # a new list: the default is shared
+            value = [*(getattr(namespace, self.dest, None) or ()), value]
+        setattr(namespace, self.dest, value)
+        setattr(namespace, f"{self.dest}_given", True)
 
 
 class Parser(argparse.ArgumentParser):
@@ -92,7 +136,8 @@ def parser_for(
     )
     parser.add_argument(
         "--daemon",
-        type=int,
+        action=SettingFlag,
+        setting="daemon",
         metavar="N",
         help="new, daemon, stop, upgrade: use daemon N (default: $MULTISERVER_DAEMON or 1);"
         " ls, attach, peek, kill: only daemon N's sessions (default: every daemon's)",
@@ -133,26 +178,21 @@ def settle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """The shared options once parsed: the daemon (``--daemon N``, else
     $MULTISERVER_DAEMON or 1; ``daemon_given``: whether it was said) and
     the detach key as the byte it sends (``detach_key``; None: ``-E``).
-    A bad one is a usage error."""
+    Each was checked already: the flags as they were parsed (``SettingFlag``),
+    the variable and the file by ``main``; a bad one is a usage error."""
     from multiserver import default_daemon_number
 
     args.daemon_given = args.daemon is not None
-    try:
-        if args.daemon is None:
+    if args.daemon is None:
+        try:
             args.daemon = default_daemon_number()
-        if not 1 <= args.daemon <= 999_999:
-            raise ValueError(f"daemon number must be 1..999999, got {args.daemon}")
-    except ValueError as exc:
-        parser.error(str(exc))
+        except ValueError as exc:
+            parser.error(str(exc))
     if hasattr(args, "detach_spec"):
         from multiserver_cli.attach._keys import parse_key
 
-        try:
-            args.detach_key = (
-                None if args.no_detach else parse_key(args.detach_spec or DEFAULT_DETACH)
-            )
-        except ValueError as exc:
-            parser.error(str(exc))
+        spec = DEFAULT_DETACH if args.detach_spec is None else args.detach_spec
+        args.detach_key = None if args.no_detach else parse_key(spec)
 
 
 def only_daemon(args: argparse.Namespace) -> int | None:
@@ -176,6 +216,8 @@ def detach_options(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument(
         "-e",
+        action=SettingFlag,
+        setting="detach_key",
         dest="detach_spec",
         metavar="KEY",
         default=None,  # config.toml's detach_key, else DEFAULT_DETACH (_settings)
@@ -196,7 +238,9 @@ def env_options(p: argparse.ArgumentParser) -> None:
     """Where sessions start: what of this environment they do not get."""
     p.add_argument(
         "--strip-env",
-        action="append",
+        action=SettingFlag,
+        setting="strip_env",
+        append=True,
         default=[],
         metavar="PATTERN",
         help="leave variables matching this name or glob (e.g. 'AWS_*') out of the session's"
@@ -205,7 +249,9 @@ def env_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--keep-env",
-        action="append",
+        action=SettingFlag,
+        setting="keep_env",
+        append=True,
         default=[],
         metavar="PATTERN",
         help="keep variables matching this even if a strip pattern matches them; repeatable;"

@@ -1,21 +1,32 @@
 """The person's settings: ``config.toml`` in the config dir
-(``$MULTISERVER_CONFIG_DIR``, else the XDG config dir, beside hosts.json).
+(``$MULTISERVER_CONFIG_DIR``, else the XDG config dir, beside hosts.json),
+and the one table of every setting (``SETTINGS``): the rows only the
+command line reads (the detach key, restore's deadline, the shell, a
+host's grace), then every ``MULTISERVER_*`` variable
+(``multiserver.ENVIRONMENT``, which the daemon and the blocking client
+that starts it read). Each row's kind checks its value wherever it
+comes from, and a value it refuses is one line naming the source and what
+is allowed (``SettingError``).
 
 Each setting is decided in one order: a flag on the command line wins, then
 the environment variable of that setting (those that have one), then the
-file, then the default (``SETTINGS``). ``multiserver config`` shows each
-effective value and where it came from.
+file, then the default. ``multiserver config`` shows each effective value
+and where it came from.
 
 Cheap when there is no file: one ``stat``, and ``tomllib`` (about 20 ms to
 import) is imported only when the file exists. Only the commands that use a
-setting read the file (``Command.SETTINGS``, applied by ``main``): ``ls``,
-``peek`` and ``version`` never do.
+setting of the file read it (``Command.SETTINGS``, applied by ``main``):
+``ls``, ``peek`` and ``version`` never do.
 
 A bad file is never fatal. A syntax error: the file is ignored; an unknown
-key or a value of the wrong type or range: that key is ignored. Each is one
-line, ``PATH:LINE: what``, said on stderr by a command that reads the file;
-the command goes on with the other sources. ``multiserver config`` says
-them too and exits 1, so a person can check a file they edited.
+key or a value its kind refuses: that key is ignored, and the variable or
+the default is used, so that no command starts a daemon with a value it
+would refuse. A key that is a setting no more (``RETIRED``) is one line
+too, saying why. Each is one line, ``PATH:LINE: what``, said on
+stderr by a command that reads the file; the command goes on.
+``multiserver config`` says them too and exits 1, so a person can check a
+file they edited. A bad variable, or a bad flag, is a usage error: every
+command but ``config`` refuses it (exit 2; ``main``, ``_args.SettingFlag``).
 
 The file's values for settings that have an environment variable reach the
 code that reads that variable as the variable itself (``export_env``, when
@@ -29,56 +40,82 @@ import os
 import re
 from pathlib import Path
 
-from multiserver_cli._args import DEFAULT_DETACH
+from multiserver import ENVIRONMENT, AbsolutePath, Kind, Seconds, Setting, SettingError
+from multiserver_cli.attach._keys import DEFAULT_DETACH
 
 FILE_NAME = "config.toml"
 
 
-class Setting:
-    """One setting: its key in the file, its kind (how a value is checked
-    and shown), its default, its environment variable, what it does."""
+class DetachKey(Kind):
+    """A detach key as a person writes it (``attach._keys.parse_key``)."""
 
-    __slots__ = ("default", "env", "help", "key", "kind")
+    allowed = "must be ^ and a letter or one of @[\\]^_? (such as ^A), or one ASCII character"
 
-    def __init__(self, key: str, kind: str, default: object, env: str | None, help: str) -> None:
-        self.key, self.kind, self.default, self.env, self.help = key, kind, default, env, help
+    def from_text(self, text: str) -> str:
+        from multiserver_cli.attach._keys import parse_key
+
+        parse_key(text)
+        return text
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("detach_key", "key", DEFAULT_DETACH, None, "the detach key of new and attach (-e)"),
+# The rows only the command line reads, then every variable's; in the
+# order `multiserver config` shows them.
+_COMMAND_ROWS = (
     Setting(
-        "buffer_limit",
-        "bytes",
-        1024 * 1024,
-        "MULTISERVER_BUFFER_LIMIT",
-        "bytes of output a daemon it starts keeps per session",
+        "detach_key",
+        DetachKey(),
+        DEFAULT_DETACH,
+        "the detach key of new and attach",
+        key="detach_key",
+        flags=("-e KEY (new, attach)",),
     ),
     Setting(
-        "save_every",
-        "seconds",
-        5.0,
-        None,
-        "seconds between two saves of the scrollback by the saver (save --every)",
-    ),
-    Setting("restore_timeout", "seconds", 10.0, None, "restore's deadline (restore --timeout)"),
-    Setting(
-        "strip_env",
-        "patterns",
-        [],
-        "MULTISERVER_STRIP_ENV",
-        "names or globs left out of a new session's environment (new --strip-env)",
+        "restore_timeout",
+        Seconds(0, 86400),
+        10.0,
+        "restore's deadline",
+        key="restore_timeout",
+        flags=("--timeout S (restore; service install: the restore at login)",),
     ),
     Setting(
-        "keep_env",
-        "patterns",
-        [],
-        "MULTISERVER_KEEP_ENV",
-        "names or globs kept although stripped (new --keep-env)",
+        "shell",
+        AbsolutePath(),
+        "",
+        "what new runs with no command (default: $SHELL, else the login shell)",
+        key="shell",
     ),
-    Setting("shell", "path", "", None, "what new runs with no command (default: $SHELL)"),
-    Setting("host_grace", "grace", "300", None, "host add --grace: 60-3600 seconds, or none"),
+    Setting(
+        "host_grace",
+        # restore's GRACE_MIN and GRACE_MAX, which the hosts file is held to
+        # (tests/cli/test_settings.py compares them).
+        Seconds(60, 3600, closed=True, words=("none",)),
+        300.0,
+        "how long a session started through a host lives on after its last client",
+        key="host_grace",
+        flags=("--grace S (host add)",),
+    ),
 )
-BY_KEY = {s.key: s for s in SETTINGS}
+_ROWS = {s.name: s for s in (*_COMMAND_ROWS, *ENVIRONMENT)}
+_FILE_ORDER = (
+    "detach_key",
+    "buffer_limit",
+    "restore_timeout",
+    "strip_env",
+    "keep_env",
+    "shell",
+    "host_grace",
+)
+SETTINGS: tuple[Setting, ...] = (
+    *(_ROWS[name] for name in _FILE_ORDER),
+    *(s for s in ENVIRONMENT if s.key is None),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+# Keys of settings there are no more, and why: a file that still has one
+# is said so (and the key left out), not told of an unknown setting.
+RETIRED = {
+    "save_every": "the daemon keeps what a session shows as it comes: there is no saver",
+}
+BY_KEY = {s.key: s for s in SETTINGS if s.key is not None}
 
 # tomllib's errors say where only in their words (3.14 adds lineno).
 _AT_LINE = re.compile(r"\(at line (\d+), column \d+\)$")
@@ -140,43 +177,43 @@ class Settings:
             line = lines.get(key, 0)
             where = f"{path}:{line}" if line else str(path)
             setting = BY_KEY.get(key)
+            if key in RETIRED:
+                problems.append(f"{where}: {key} is a setting no more ({RETIRED[key]}); ignored")
+                continue
             if setting is None:
                 known = ", ".join(BY_KEY)
                 problems.append(f"{where}: unknown setting {key!r} (known: {known}); ignored")
                 continue
             try:
-                found[key] = (_checked(setting, value), line)
-            except ValueError as exc:
-                problems.append(f"{where}: {key}: {exc}; ignored")
+                found[key] = (setting.from_toml(value, where), line)
+            except SettingError as exc:
+                problems.append(f"{exc}; ignored")
         return cls(path, found, problems)
 
-    def value(self, key: str) -> object:
-        return self.decide(key)[0]
+    def value(self, name: str) -> object:
+        return self.decide(name)[0]
 
-    def decide(self, key: str) -> tuple[object, str]:
-        """``key``'s value and where it came from: ``$VAR``, ``PATH:LINE``
-        or ``default``."""
-        setting = BY_KEY[key]
+    def decide(self, name: str) -> tuple[object, str]:
+        """Setting ``name``'s value and where it came from: ``$VAR``,
+        ``PATH:LINE`` or ``default``. Raises SettingError (one line) for a
+        bad variable."""
+        setting = BY_NAME[name]
         if setting.env is not None and os.environ.get(setting.env):
-            raw = os.environ[setting.env]
-            value: object = _patterns(raw) if setting.kind == "patterns" else raw
-            if setting.kind == "bytes":
-                value = int(raw) if raw.strip().isdigit() else raw
-            return value, f"${setting.env}"
-        if key in self._found:
-            value, line = self._found[key]
+            return setting.from_env(), f"${setting.env}"
+        if setting.key in self._found:
+            value, line = self._found[setting.key]
             return value, f"{self.path}:{line}" if line else str(self.path)
         return setting.default, "default"
 
     def export_env(self) -> None:
         """The file's values of settings that have an environment variable,
         set as that variable in this process where it is unset (the
-        environment wins)."""
+        environment wins), written as the variable's reader reads them."""
         for key, (value, _) in self._found.items():
             setting = BY_KEY[key]
             if setting.env is None or os.environ.get(setting.env):
                 continue
-            os.environ[setting.env] = ":".join(value) if isinstance(value, list) else str(value)
+            os.environ[setting.env] = setting.kind.text(value)
 
 
 _CURRENT: list[Settings] = []
@@ -199,69 +236,21 @@ def current() -> Settings:
 def apply(args: object, wanted: dict[str, str | None]) -> None:
     """A command's settings (``Command.SETTINGS``: setting -> the
     attribute of ``args`` its flag fills, None for one read through its
-    environment variable): an attribute its flag left None takes the
-    setting; the others are exported (``export_env``)."""
-    settings = current()
-    for key, attr in wanted.items():
-        if attr is None:
+    environment variable): an attribute whose flag was not given
+    (``_args.SettingFlag`` notes ``ATTR_given``) takes the setting; the
+    others are exported (``export_env``). The file is read only for a
+    setting it may hold. Raises SettingError for a bad variable (``main``
+    has checked them all before)."""
+    for name, attr in wanted.items():
+        if attr is None or getattr(args, f"{attr}_given", False):
             continue
-        if getattr(args, attr, None) is None:
-            setattr(args, attr, settings.value(key))
-    if any(attr is None for attr in wanted.values()):
-        settings.export_env()
-
-
-def _checked(setting: Setting, value: object) -> object:
-    """``value`` from the file, as ``setting`` takes it; ValueError (its
-    words for a person) if it is not one."""
-    kind = setting.kind
-    if kind == "key":
-        if not isinstance(value, str):
-            raise ValueError('a string such as "^A"')
-        from multiserver_cli.attach._keys import parse_key
-
-        parse_key(value)
-        return value
-    if kind == "bytes":
-        from multiserver import MAX_BUFFER_LIMIT
-
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError("a whole number of bytes")
-        if not 0 <= value <= MAX_BUFFER_LIMIT:
-            raise ValueError(f"must be within 0..{MAX_BUFFER_LIMIT}, got {value}")
-        return value
-    if kind == "seconds":
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ValueError("a number of seconds")
-        if not 0 < value <= 86400:
-            raise ValueError(f"must be more than 0 and at most 86400 seconds, got {value}")
-        return float(value)
-    if kind == "patterns":
-        if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
-            raise ValueError('a list of names or globs, such as ["AWS_*", "PGPASSWORD"]')
-        if any(":" in p for p in value):
-            raise ValueError("a name or glob cannot hold ':'")
-        return list(value)
-    if kind == "path":
-        if not isinstance(value, str) or not os.path.isabs(value):
-            raise ValueError('an absolute path, such as "/bin/zsh"')
-        return value
-    if kind == "grace":
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError('seconds (60-3600) or "none"')
-        from restore import HostSettingError, parse_grace
-
-        text = value if isinstance(value, str) else f"{value:g}"
-        try:
-            parse_grace(text)
-        except HostSettingError as exc:
-            raise ValueError(str(exc).replace("--grace", "it")) from None
-        return text
-    raise AssertionError(kind)
-
-
-def _patterns(raw: str) -> list[str]:
-    return [p for p in raw.split(":") if p]
+        setting = BY_NAME[name]
+        if setting.key is None:
+            setattr(args, attr, setting.from_env())
+        else:
+            setattr(args, attr, current().value(name))
+    if any(attr is None and BY_NAME[name].key is not None for name, attr in wanted.items()):
+        current().export_env()
 
 
 def _key_lines(text: str) -> dict[str, int]:

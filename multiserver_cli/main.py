@@ -94,11 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.print_help()
         sys.exit(2)
     (command,) = [c for c in COMMANDS if args.cmd == c.NAME]
-    wanted = getattr(command, "SETTINGS", None)
-    if wanted:  # config.toml, read by the commands that use it
-        from multiserver_cli import _settings
-
-        _settings.apply(args, wanted)
+    _settle_settings(command, args)
     _args.settle(args, parser)
     if getattr(command, "WHOLE_PARSER", False):  # completion: every command's flags
         args.whole_parser = build_parser()
@@ -136,6 +132,27 @@ def _say_pending() -> None:
         from multiserver_cli._older import say_pending
 
         say_pending()
+
+
+def _settle_settings(command: _args.Command, args: argparse.Namespace) -> None:
+    """Before a command runs: every ``MULTISERVER_*`` variable checked
+    (one line and exit 2 for a bad one: nothing is started with it; the
+    flags were checked as they were parsed), then the command's settings
+    decided (``SETTINGS``: config.toml, read only by the commands that use
+    it). ``config`` reports a bad variable instead."""
+    from multiserver import SettingError, check_environment
+
+    try:
+        if command is not config:
+            check_environment()
+        wanted = getattr(command, "SETTINGS", None)
+        if wanted:
+            from multiserver_cli import _settings
+
+            _settings.apply(args, wanted)
+    except SettingError as exc:
+        _say_error(exc)
+        sys.exit(2)
 
 
 def _say_error(exc: Exception) -> None:

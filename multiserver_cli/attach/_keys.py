@@ -33,6 +33,8 @@ tail, and must not wait for the next key.
 
 from __future__ import annotations
 
+DEFAULT_DETACH = "^\\"  # Ctrl-\ (as in dtach)
+
 # How long the tail of a read that may start the key waits for the rest.
 # A terminal writes a key's sequence at once: the rest, if any, is there
 # within microseconds; what waits this long is the Esc key alone.
@@ -51,15 +53,18 @@ _OTHER, _PRESS, _RELEASE = 0, 1, 2
 
 
 def parse_key(spec: str) -> bytes:
-    """``^\\``, ``^A``, ``^?`` or a single character -> the byte it sends."""
-    if len(spec) == 2 and spec[0] == "^":
+    """``^\\``, ``^A``, ``^?`` or a single ASCII character -> the byte it
+    sends. ValueError for anything else: a key a terminal sends alone is
+    one byte, and ``^`` goes with ASCII only (``'ı'.upper()`` is ``I``:
+    ``^ı`` would be Tab; ``'ß'.upper()`` is two letters)."""
+    if len(spec) == 2 and spec[0] == "^" and spec[1].isascii():
         c = spec[1]
         if c == "?":
             return b"\x7f"
         code = ord(c.upper()) ^ 0x40
         if 0 <= code < 0x20:
             return bytes([code])
-    elif len(spec) == 1 and ord(spec) < 0x80:
+    elif len(spec) == 1 and spec.isascii():
         return spec.encode()
     raise ValueError(f"bad detach key {spec!r}: use ^X notation or one ASCII character")
 

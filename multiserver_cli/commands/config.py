@@ -1,13 +1,15 @@
-"""``multiserver config``: the settings in effect, each with where it came
+"""``multiserver config``: every setting in effect, each with where it came
 from (``$VAR``, ``config.toml:LINE``, ``default``), and what is wrong with
-the file, if anything (exit 1). The order and the file: ``_settings``."""
+the file or the ``MULTISERVER_*`` variables, if anything (exit 1): the one
+command that says a bad variable rather than refuse it. The table, the
+order and the file: ``_settings``."""
 
 from __future__ import annotations
 
 from argparse import ArgumentParser, Namespace
 
 NAME = "config"
-HELP = "show the settings in effect and where each came from (config.toml)"
+HELP = "show the settings in effect and where each came from (config.toml, MULTISERVER_*)"
 EXAMPLE = "multiserver config --json"
 
 
@@ -21,27 +23,61 @@ def add_arguments(p: ArgumentParser) -> None:
 
 def run(args: Namespace) -> int:
     import json
+    import os
     import sys
 
-    from multiserver import printable
+    from multiserver import SettingError, printable
     from multiserver_cli._format import print_json, table
     from multiserver_cli._settings import SETTINGS, Settings
 
     settings = Settings.read()
-    decided = {s.key: settings.decide(s.key) for s in SETTINGS}
+    problems = list(settings.problems)
+    decided: dict[str, tuple[object, str]] = {}
+    for setting in SETTINGS:
+        try:
+            value, source = settings.decide(setting.name)
+            value = setting.kind.shown(value)
+        except SettingError as exc:  # refused by every other command
+            problems.append(str(exc))
+            value, source = os.environ.get(setting.env or ""), f"${setting.env} (refused)"
+        if value is None and setting.name in _DIRS:
+            value = str(_DIRS[setting.name]())
+        decided[setting.key or setting.env or setting.name] = (value, source)
     if args.json:
         print_json(
             {
                 "file": str(settings.path),
                 "settings": {k: {"value": v, "from": src} for k, (v, src) in decided.items()},
-                "problems": settings.problems,
+                "problems": problems,
             }
         )
     else:
-        for problem in settings.problems:
+        for problem in problems:
             print(f"multiserver: {printable(problem)}", file=sys.stderr)
-        rows = [[s.key, json.dumps(decided[s.key][0]), decided[s.key][1]] for s in SETTINGS]
+        rows = [[k, printable(json.dumps(v)), printable(src)] for k, (v, src) in decided.items()]
         print(table(["SETTING", "VALUE", "FROM"], rows))
         exists = "" if settings.path.exists() else " (none: every setting is from elsewhere)"
         print(f"file: {printable(str(settings.path))}{exists}", file=sys.stderr)
-    return 1 if settings.problems else 0
+    return 1 if problems else 0
+
+
+def _runtime_dir() -> object:
+    from multiserver import runtime_dir
+
+    return runtime_dir()
+
+
+def _state_dir() -> object:
+    from multiserver import state_dir
+
+    return state_dir()
+
+
+def _config_dir() -> object:
+    from restore import config_dir
+
+    return config_dir()
+
+
+# The dirs' defaults, worked out as their readers do.
+_DIRS = {"runtime_dir": _runtime_dir, "state_dir": _state_dir, "config_dir": _config_dir}

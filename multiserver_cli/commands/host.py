@@ -9,6 +9,7 @@ import sys
 from argparse import ArgumentParser, Namespace
 
 from multiserver import printable
+from multiserver_cli._args import SettingFlag
 from multiserver_cli._errors import CliError
 
 TYPE_CHECKING = False
@@ -38,6 +39,8 @@ def add_arguments(p: ArgumentParser) -> None:
     )
     h.add_argument(
         "--grace",
+        action=SettingFlag,
+        setting="host_grace",
         default=None,  # config.toml's host_grace, else 300
         metavar="S",
         help="sessions started through it end S seconds after their last client (60-3600,"
@@ -72,7 +75,6 @@ def _add(args: Namespace) -> int:
         check_dest,
         check_host_name,
         load_hosts,
-        parse_grace,
         parse_timeout,
         remote_json,
         save_hosts,
@@ -84,7 +86,7 @@ def _add(args: Namespace) -> int:
             name,
             check_dest(args.ssh or name),
             check_command(args.command),
-            parse_grace(args.grace),
+            args.grace,  # checked as a setting (60-3600, or none)
             timeout=parse_timeout(args.timeout),
         )
     except HostSettingError as exc:

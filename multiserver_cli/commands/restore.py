@@ -54,7 +54,8 @@ LOCK_POLL = 0.05  # how often a waiting restore tries the lock
 def add_arguments(p: ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
-        type=float,
+        action=_args.SettingFlag,
+        setting="restore_timeout",
         default=None,  # config.toml's restore_timeout, else 10
         metavar="S",
         help="the whole restore's deadline, in seconds (default 10, or config.toml's"
@@ -99,8 +100,6 @@ async def run(args: Namespace) -> int:
     from multiserver_cli import _state
     from multiserver_cli.commands import _report
 
-    if args.timeout <= 0:
-        raise CliError("--timeout must be > 0", 2)
     state = ensure_private_dir(state_dir())
     report = state / _report.RESTORE_REPORT
     before = _report.identity(report)
@@ -163,7 +162,7 @@ def quick(args: Namespace) -> int | None:
     from multiserver_cli.commands import _report
     from restore import read_saved
 
-    if args.open is not None or args.timeout <= 0:
+    if args.open is not None:
         return None
     started = time.perf_counter()
     state = ensure_private_dir(state_dir())

@@ -21,7 +21,8 @@ import os
 import sys
 from argparse import ArgumentParser, Namespace
 
-from multiserver_cli._errors import CliError, UsageError
+from multiserver_cli._args import SettingFlag
+from multiserver_cli._errors import CliError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ def add_arguments(p: ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        action=SettingFlag,
+        setting="restore_timeout",  # the restore's at login
         default=5.0,
         metavar="S",
         help="install: the deadline of the restore at login, in seconds (default 5)",
@@ -56,8 +58,6 @@ def add_arguments(p: ArgumentParser) -> None:
 
 
 def run(args: Namespace) -> int:
-    if not args.timeout > 0:
-        raise UsageError("--timeout must be > 0")
     from multiserver import DaemonPaths
     from multiserver_cli.service._managers import service_manager
 

@@ -22,13 +22,12 @@ HostFailure that carries its kind.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from multiserver import ensure_private_dir, runtime_dir
+from multiserver import ensure_private_dir, from_environment, runtime_dir
 from restore.remote._errors import FailureKind, HostFailure
 from restore.remote._hosts import Host
 
@@ -74,8 +73,11 @@ def exit_argv(host: Host) -> list[str]:
 
 def ssh_command() -> list[str]:
     """``ssh``, or ``$MULTISERVER_SSH`` split into words (as git's
-    ``GIT_SSH_COMMAND``: e.g. ``ssh -F ~/.ssh/work_config``)."""
-    return shlex.split(os.environ.get("MULTISERVER_SSH", "")) or ["ssh"]
+    ``GIT_SSH_COMMAND``: e.g. ``ssh -F ~/.ssh/work_config``). Raises
+    SettingError (one line) if it does not split (a quote left open)."""
+    words = from_environment("ssh")
+    assert isinstance(words, list)
+    return words or ["ssh"]
 
 
 def said(done: Ran) -> str:

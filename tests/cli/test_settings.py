@@ -23,7 +23,6 @@ GOOD = """\
 # mine
 detach_key = "^A"
 buffer_limit = 65536
-save_every = 2
 restore_timeout = 3.5
 strip_env = ["AWS_*", "PGPASSWORD"]
 keep_env = ["AWS_REGION"]
@@ -41,13 +40,14 @@ def _file(tmp_path: Path, text: str) -> Path:
 def test_the_file_then_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MULTISERVER_BUFFER_LIMIT", raising=False)
     monkeypatch.delenv("MULTISERVER_STRIP_ENV", raising=False)
+    monkeypatch.delenv("MULTISERVER_KEEP_ENV", raising=False)
     path = _file(tmp_path, GOOD)
     s = Settings.read(path)
     assert s.problems == []
     assert s.decide("detach_key") == ("^A", f"{path}:2")
     assert s.decide("buffer_limit") == (65536, f"{path}:3")
-    assert s.decide("strip_env") == (["AWS_*", "PGPASSWORD"], f"{path}:6")
-    assert s.decide("host_grace") == ("none", f"{path}:9")
+    assert s.decide("strip_env") == (["AWS_*", "PGPASSWORD"], f"{path}:5")
+    assert s.decide("host_grace") == (None, f"{path}:8")  # none: no grace
     monkeypatch.setenv("MULTISERVER_BUFFER_LIMIT", "4096")
     assert s.decide("buffer_limit") == (4096, "$MULTISERVER_BUFFER_LIMIT")
     empty = Settings.read(tmp_path / "none.toml")
@@ -60,7 +60,7 @@ def test_the_file_then_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
 
 def test_a_flag_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_settings, "_CURRENT", [Settings.read(_file(tmp_path, GOOD))])
-    given = Namespace(timeout=7.0, detach_spec=None)
+    given = Namespace(timeout=7.0, timeout_given=True, detach_spec=None)
     _settings.apply(given, {"restore_timeout": "timeout", "detach_key": "detach_spec"})
     assert (given.timeout, given.detach_spec) == (7.0, "^A")
 
@@ -70,9 +70,9 @@ def test_a_flag_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ('detach_key = "^A"\nbuffer_limit = = 3\n', 2, "the file is not used"),
         ('detach_key = "^A"\n\ncolour = "red"\n', 3, "unknown setting 'colour'"),
-        ('shell = "/bin/sh"\nbuffer_limit = "big"\n', 2, "buffer_limit: a whole number of bytes"),
-        ('detach_key = "^AB"\n', 1, "bad detach key"),
-        ("strip_env = ['A:B']\n", 1, "cannot hold ':'"),
+        ('shell = "/bin/sh"\nbuffer_limit = "big"\n', 2, 'buffer_limit = "big": must be a whole'),
+        ('detach_key = "^AB"\n', 1, 'detach_key = "^AB": must be ^ and a letter'),
+        ("strip_env = ['A:B']\n", 1, 'strip_env = ["A:B"]: must be a list'),
         ('[env]\nstrip = ["X"]\n', 1, "unknown setting 'env'"),
     ],
 )

@@ -103,8 +103,8 @@ def test_an_unreachable_host_fails_at_once(ms_dirs: MsDirs, sshd: Remote) -> Non
         (["--", "-oProxyCommand=x"], "bad host name"),
         (["ok", "--ssh=-oProxyCommand=touch /tmp/pwned"], "must not start with '-'"),
         (["ok", "--ssh", "a b"], "no spaces"),
-        (["ok", "--grace", "5"], "60-3600"),
-        (["ok", "--grace", "soon"], "seconds (60-3600) or 'none'"),
+        (["ok", "--grace", "5"], "--grace 5: must be between 60 and 3600 seconds, or none"),
+        (["ok", "--grace", "soon"], "--grace soon: must be between 60 and 3600 seconds, or none"),
         (["a:b"], "bad host name"),
     ],
 )
