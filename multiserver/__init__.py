@@ -79,7 +79,7 @@ EXPORTS = {
         "user_dir",
         "write_whole",
     ),
-    "multiserver._platform": ("foreground", "set_winsize"),
+    "multiserver._platform": ("foreground", "open_fd_count", "set_winsize"),
     "multiserver._record": ("Twin", "mutable_record", "record"),
     "multiserver._screen": ("ScreenModes", "screen_reset"),
     "multiserver._proto": (

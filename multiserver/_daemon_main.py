@@ -78,11 +78,17 @@ async def _run(
 ) -> None:
     """Serve on ``paths`` holding the lock ``lock_fd`` (taken over). Raises
     DaemonAlreadyRunning if a live daemon answers on the socket path."""
-    daemon = Daemon(config)
+    found, limit = _platform.raise_nofile_limit()
+    daemon = Daemon(config, child_nofile=found)
     daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
     origin = DaemonOrigin(
-        os.getpid(), daemon.instance_id, started, config.idle_exit, started_at=time.time()
+        os.getpid(),
+        daemon.instance_id,
+        started,
+        config.idle_exit,
+        started_at=time.time(),
+        open_files=limit,
     )
     try:
         files = DaemonFiles.bind(paths, lock_fd, origin)
@@ -93,7 +99,12 @@ async def _run(
     # compiled from source (no bytecode cache).
     _platform.release_free_memory()
     log.info(
-        "listening on %s (instance %s, %s)", paths.socket, daemon.instance_id, origin.lifetime()
+        "listening on %s (instance %s, %s; %d open files at most, its children %d)",
+        paths.socket,
+        daemon.instance_id,
+        origin.lifetime(),
+        limit,
+        found,
     )
     await _serve(daemon, files, ready)
 
@@ -182,7 +193,9 @@ async def _resumed(
 ) -> None:
     """The new code after an upgrade: take over the daemon's files, children
     and connections from ``snapshot``, and serve."""
-    daemon = Daemon(config, instance_id=snapshot.instance_id)
+    found, limit = _platform.raise_nofile_limit()
+    children = found if snapshot.child_nofile is None else snapshot.child_nofile
+    daemon = Daemon(config, instance_id=snapshot.instance_id, child_nofile=children)
     daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
     started = (
         snapshot.started
@@ -196,6 +209,7 @@ async def _resumed(
         config.idle_exit,
         started_at=snapshot.started_at,
         upgraded_at=snapshot.upgraded_at,
+        open_files=limit,
     )
     files = DaemonFiles.adopt(
         paths, snapshot.lock, snapshot.listener, os.stat_result(snapshot.socket_stat), origin

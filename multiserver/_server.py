@@ -42,9 +42,18 @@ class Listener(Protocol):
 class Daemon:
     """The daemon's state. ``serve`` runs it on a bound, listening socket."""
 
-    def __init__(self, config: DaemonConfig, *, instance_id: str | None = None) -> None:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        instance_id: str | None = None,
+        child_nofile: int | None = None,
+    ) -> None:
         self.config = config
         self.instance_id = instance_id or secrets.token_hex(16)
+        # The soft RLIMIT_NOFILE its children get: the one it found before
+        # raising its own (``_openfiles``); None: its own.
+        self.child_nofile = child_nofile
         self._clients: set[ClientConnection] = set()
         self._children: ChildTable | None = None
         self._core: RequestCore[Child] | None = None
@@ -113,6 +122,7 @@ class Daemon:
                     on_exit=self._on_exit,
                     on_change=self._on_change,
                     output_dir=self.output_dir,
+                    child_nofile=self.child_nofile,
                 )
                 self._core = RequestCore(
                     self._children,

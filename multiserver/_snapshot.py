@@ -22,7 +22,9 @@ misunderstand raises ``readable_from``.
 
 Format history:
 
-- 1 (multiserver 0.1): the first.
+- 1 (multiserver 0.1): the first. Fields added since, each with a default
+  (an older writer's snapshot gets it; an older reader ignores the field):
+  ``child_nofile`` (issue 35).
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ class Snapshot:
     # clock: the new code measures the pause against it), and time.time().
     paused_at: float = 0.0
     upgraded_at: float = 0.0
+    # The soft RLIMIT_NOFILE the daemon's children get, the one it found at
+    # start before raising its own (``_openfiles``); None: not known (an
+    # older writer, which never raised its own: the new code's is it).
+    child_nofile: int | None = None
 
     def fds(self) -> list[int]:
         """Every fd the snapshot names: what must cross the exec."""

@@ -63,6 +63,9 @@ class Daemon(Protocol):
     def instance_id(self) -> str: ...
 
     @property
+    def child_nofile(self) -> int | None: ...
+
+    @property
     def children(self) -> ChildTable: ...
 
     @property
@@ -131,6 +134,7 @@ def take_snapshot(
         peers=peers,
         paused_at=time.monotonic(),
         upgraded_at=time.time(),
+        child_nofile=daemon.child_nofile,
     )
     return snapshot, _snapshot.encode(snapshot, blobs)
 
