@@ -19,7 +19,8 @@ import trio
 
 from multiserver import RequestFailed, open_client
 from tests.cli.conftest import ms, person_env
-from tests.conftest import MsDirs, RunningDaemon, fd_count
+from tests.conftest import MsDirs, RunningDaemon, fd_count, wait_until
+from tests.reliability.test_daemon_edges import limit_leaving
 
 SESSIONS = 1000
 LOGIN_SOFT = 1024
@@ -54,6 +55,14 @@ async def daemon_under(ms_dirs: MsDirs, soft: int) -> RunningDaemon:
     assert done.stdout.decode().strip() == str(ms_dirs.paths.socket)
     async with open_client(ms_dirs.paths) as client:
         return RunningDaemon(ms_dirs.paths, client.daemon_pid, client.instance_id)
+
+
+def log_lines(ms_dirs: MsDirs, word: str) -> int:
+    try:
+        with open(ms_dirs.paths.log) as f:
+            return sum(1 for line in f if word in line)
+    except FileNotFoundError:
+        return 0
 
 
 async def test_a_thousand_sessions_start_under_a_login_soft_limit_of_1024(
@@ -108,3 +117,38 @@ async def test_a_launch_that_would_leave_no_fds_for_clients_is_refused_in_one_li
             for r in results:
                 if r.master is not None:
                     os.close(r.master)
+
+
+async def test_at_the_limit_new_clients_are_told_in_one_line_and_the_others_served(
+    daemon: RunningDaemon, ms_dirs: MsDirs
+) -> None:
+    soft, hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+    async with open_client(daemon.paths) as served:
+        for i in range(3):
+            await served.launch(["sleep", "600"], name=f"s{i}", hold=False)
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (limit_leaving(daemon.pid, 0), hard))
+        before = log_lines(ms_dirs, "refused")
+        with trio.fail_after(TIMEOUT), pytest.raises(RequestFailed) as turned_away:
+            async with open_client(daemon.paths):
+                pass
+        assert turned_away.value.errno == errno.EMFILE
+        assert "open files in use" in turned_away.value.message
+        # The client it has is served.
+        assert sorted(c.name for c in await served.list()) == ["s0", "s1", "s2"]
+        listing = await ms(ms_dirs, "ls", check=False)
+        assert "open files in use" in listing.stderr.decode()
+        killed = await ms(ms_dirs, "kill", "s1", check=False)
+        assert killed.returncode == 1
+        [line] = killed.stderr.decode().splitlines()
+        assert "no session named" not in line
+        assert "cannot tell whether there is a session named 's1'" in line
+        # Idle at the limit, the accept loop waits for a connection: no
+        # line a tenth of a second, as it did.
+        await wait_until(lambda: log_lines(ms_dirs, "refused") > before, 5, "a refusal logged")
+        logged = log_lines(ms_dirs, "refused")
+        await trio.sleep(1.5)
+        assert log_lines(ms_dirs, "refused") == logged
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        killed = await ms(ms_dirs, "kill", "s1")
+        assert killed.stderr.decode() == "s1: killed by SIGHUP\n"
+        assert sorted(c.name for c in await served.list()) == ["s0", "s2"]
