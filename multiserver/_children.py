@@ -37,7 +37,7 @@ from multiserver._keeping import OutputKeeper
 from multiserver._messages import ChildInfo, Launch
 from multiserver._openfiles import FileBudget
 from multiserver._osstr import escaped
-from multiserver._snapshot import BlobWriter, ChildState, blob as snapshot_blob
+from multiserver._snapshot import BlobWriter, ChildState, blob_view
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -391,12 +391,13 @@ class ChildTable:
     def snapshot(self, blobs: BlobWriter) -> tuple[list[ChildState], int]:
         """(every child as it crosses an upgrade, the next child id).
         Synchronous: nothing changes while it runs. What waits for the
-        output files is written first."""
+        output files is written first. The buffers go to ``blobs`` as
+        views, not copies: release it before they may grow."""
         self.keeper.flush_all()
         now = trio.current_time()
         states = []
         for child in self._children.values():
-            data, dropped = child.buffer.peek()
+            data, dropped = child.buffer.view()
             linger_left = None
             if child._linger_scope is not None:
                 linger_left = max(0.0, child._linger_at - now)
@@ -447,7 +448,8 @@ class ChildTable:
             child.started_at = state.started_at
             child.exited_at = state.exited_at
             child.eof = state.eof
-            child.buffer.restore(snapshot_blob(area, state.buffer), state.dropped)
+            with blob_view(area, state.buffer) as data:  # one copy: into the buffer
+                child.buffer.restore(data, state.dropped)
             if state.exit_code is not None:
                 child.exit_code = state.exit_code
                 child.exited.set()

@@ -28,6 +28,7 @@ from multiserver._fds import OwnedFd
 from multiserver._messages import Error
 from multiserver._proto import SERVER_NAME as SERVER_NAME
 from multiserver._snapshot import Snapshot
+from multiserver._upgrade import SnapshotFile
 from multiserver._wire import IntakeBudget
 
 log = logging.getLogger("multiserver.daemon")
@@ -124,14 +125,14 @@ class Daemon:
         self,
         listener: Listener,
         *,
-        resume: tuple[Snapshot, memoryview] | None = None,
+        resume: SnapshotFile | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept and serve clients until idle-exit or shutdown. ``listener``
         must already listen; ``task_status.started()`` is reported at once.
         ``resume``: first take over the children and connections of the
-        daemon before an upgrade (``_upgrade.py``); raises SnapshotError
-        if they cannot be.
+        daemon before an upgrade (``_upgrade.py``), then close it; raises
+        SnapshotError if they cannot be.
 
         Cancellation: every connection is closed; children are left running
         (the caller decides whether to end them).
@@ -155,7 +156,12 @@ class Daemon:
                 )
                 self._nursery, self._listener = nursery, listener
                 if resume is not None:
-                    self._resume(*resume)
+                    try:
+                        self._resume(resume.snapshot, resume.area)
+                    finally:
+                        resume.close()
+                    # What reading it left (its header, parsed): given back.
+                    _platform.release_free_memory()
                 nursery.start_soon(self._children.run)
                 nursery.start_soon(self._accept_loop, listener, nursery)
                 if self.config.idle_exit is not None:

@@ -154,25 +154,37 @@ _converter = cattrs.Converter()  # the snapshot's own: unknown keys are ignored
 
 
 class BlobWriter:
-    """Collects the blob area while a snapshot is built."""
+    """Collects the blob area while a snapshot is built: the bytes given,
+    not copies (a view of a child's buffer, which cannot grow until
+    ``release``)."""
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
         self._size = 0
 
-    def add(self, data: bytes) -> Blob:
+    def add(self, data: bytes | memoryview) -> Blob:
+        """Where ``data`` will be; a view given is this writer's to release."""
         if not data:
+            if isinstance(data, memoryview):
+                data.release()
             return Blob()
         blob = Blob(self._size, len(data))
         self._parts.append(data)
         self._size += len(data)
         return blob
 
-    def parts(self) -> list[bytes]:
+    def parts(self) -> list[bytes | memoryview]:
         return self._parts
 
+    def release(self) -> None:
+        """Let go of what was added (the buffers viewed may grow again)."""
+        for part in self._parts:
+            if isinstance(part, memoryview):
+                part.release()
+        self._parts = []
 
-def encode(snapshot: Snapshot, blobs: BlobWriter) -> list[bytes]:
+
+def encode(snapshot: Snapshot, blobs: BlobWriter) -> list[bytes | memoryview]:
     """The snapshot's bytes, as parts to write in order."""
     header = json.dumps(_converter.unstructure(snapshot), separators=(",", ":")).encode()
     return [MAGIC, _LENGTH.pack(len(header)), header, *blobs.parts()]
@@ -217,10 +229,18 @@ def check_readable(fmt: object, readable_from: object) -> None:
 
 
 def blob(area: memoryview, ref: Blob) -> bytes:
-    """The bytes ``ref`` names. Raises SnapshotError if they are not there."""
+    """The bytes ``ref`` names (a copy). Raises SnapshotError if they are
+    not there."""
+    with blob_view(area, ref) as view:
+        return bytes(view)
+
+
+def blob_view(area: memoryview, ref: Blob) -> memoryview:
+    """The bytes ``ref`` names, not copied: release the view (``with``)
+    before the area is. Raises SnapshotError if they are not there."""
     if ref.start < 0 or ref.length < 0 or ref.start + ref.length > len(area):
         raise SnapshotError(f"a blob ({ref.start}+{ref.length}) lies outside the snapshot")
-    return bytes(area[ref.start : ref.start + ref.length])
+    return area[ref.start : ref.start + ref.length]
 
 
 def _first_line(exc: BaseException) -> str:
