@@ -91,7 +91,6 @@ class Daemon:
         # Where each child's output is kept on disk (``_keeping``); None:
         # nowhere (the simulator, a bare ``serve``).
         self.output_dir: Path | None = None
-        self._upgrading = False
         self._accepting = trio.CancelScope()
         self._listener: Listener | None = None
         self._nursery: trio.Nursery | None = None
@@ -294,13 +293,7 @@ class Daemon:
         error says why); otherwise the process is the new code."""
         if self.files is None:
             return self.core.error(conn, req, errno.EOPNOTSUPP, "this daemon cannot upgrade")
-        if self._upgrading:
-            return self.core.error(conn, req, errno.EBUSY, "an upgrade is already under way")
-        self._upgrading = True
-        try:
-            return await _upgrade.upgrade(self, self.files, conn, req)
-        finally:
-            self._upgrading = False
+        return await _upgrade.upgrade(self, self.files, conn, req)
 
     def pause(self) -> None:
         """Stop accepting (connections wait in the backlog) and pause every

@@ -104,6 +104,7 @@ class DaemonFiles(Protocol):
 # disconnected (a client that neither reads its answers nor sends a whole
 # request); and how long the new code gets to say it can take over.
 QUIET_WAIT = 2.0
+LATE_WAIT = 0.25
 CHECK_TIMEOUT = 30.0
 
 
@@ -279,11 +280,13 @@ async def upgrade(daemon: Daemon, files: DaemonFiles, conn: ClientConnection, re
         return refused(errno.ENOEXEC, f"the installed code cannot take over: {why}")
     log.info("upgrading to %s", new_server)
     conn.upgrade_req = req
+    # Clients wait from here: the pause the new code reports is this one.
+    paused_at = time.monotonic()
     daemon.pause()
     try:
         await _wait_quiet(daemon)
         conns = [c for c in daemon.clients if c.quiet and not c.closed]
-        err = _exec(daemon, files, conns, directory)  # returns only on failure
+        err = _exec(daemon, files, conns, directory, paused_at)  # returns only on failure
         return refused(err.errno or errno.EIO, f"cannot start the installed code: {err}")
     finally:
         conn.upgrade_req = None
@@ -292,7 +295,9 @@ async def upgrade(daemon: Daemon, files: DaemonFiles, conn: ClientConnection, re
 
 async def _wait_quiet(daemon: Daemon) -> None:
     """Wait for every connection to park; disconnect those that do not
-    within QUIET_WAIT, and wait for them to be gone."""
+    within QUIET_WAIT, and give them LATE_WAIT to be gone: the pause stays
+    bounded whatever they wait on (one that is still there is left out of
+    the snapshot, its socket closed by the exec, what it held drained)."""
     with trio.move_on_after(QUIET_WAIT):
         for conn in list(daemon.clients):
             await conn.wait_quiet()
@@ -300,8 +305,9 @@ async def _wait_quiet(daemon: Daemon) -> None:
     for conn in late:
         log.warning("client %d: did not pause for the upgrade; disconnecting", conn.id)
         conn.disconnect()
-    for conn in late:
-        await conn.wait_quiet()  # set once it is closed
+    with trio.move_on_after(LATE_WAIT):
+        for conn in late:
+            await conn.wait_quiet()  # set once it is closed
 
 
 def _exec(
@@ -309,11 +315,12 @@ def _exec(
     files: DaemonFiles,
     conns: list[ClientConnection],
     directory: str,
+    paused_at: float,
 ) -> OSError:
     """Write the snapshot and exec the new code on it; returns the error
     only if that failed (every fd is close-on-exec again then)."""
     try:
-        snapshot, fd = take_snapshot(daemon, files, conns, directory, time.monotonic())
+        snapshot, fd = take_snapshot(daemon, files, conns, directory, paused_at)
     except OSError as exc:
         return exc
     fds = snapshot.fds()
