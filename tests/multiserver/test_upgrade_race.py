@@ -21,27 +21,15 @@ from multiserver._codec import Codec
 from multiserver._messages import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Hello, Peek
 from multiserver._upgrade import QUIET_WAIT
 from tests.cli.conftest import ms
-from tests.conftest import MsDirs, RunningDaemon, child_pids, is_alive, wait_until
+from tests.conftest import MsDirs, RunningDaemon, is_alive, wait_until
 from tests.multiserver.test_daemon import seq_output, wait_buffered
+from tests.procs import check_process
 from tests.reliability._raw import RawConnection
 from tests.timing import TIMER_SLACK
 
 TIMEOUT = 30.0
 # A program that ignores the hangup: a forced stop takes its grace (5 s) to end it.
 STUBBORN = ["sh", "-c", "trap '' HUP; exec sleep 600"]
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def checking(daemon_pid: int) -> bool:
-    """The daemon runs the installed code on its snapshot now."""
-    return any(b"--check-snapshot" in cmdline(pid) for pid in child_pids(daemon_pid))
 
 
 class Probes:
@@ -82,7 +70,7 @@ async def test_a_stop_during_an_upgrade_is_refused_in_one_line_and_the_upgrade_g
                         done.append(await upgrader.upgrade())
 
                 nursery.start_soon(upgrade)
-                await wait_until(lambda: checking(daemon.pid), TIMEOUT, "the check run")
+                await wait_until(lambda: check_process(daemon.pid), TIMEOUT, "the check run")
                 stop = await ms(ms_dirs, "stop", "--force", check=False)
                 await nursery.start(probes.run)
                 while not done:

@@ -45,6 +45,7 @@ from tests.conftest import (
     wait_fds_back,
     wait_until,
 )
+from tests.procs import check_process, cmdline_of
 from tests.upgrade.conftest import Builds, Installed, launch, wait_exited
 
 # 40 numbered lines a second, in bursts (a `sleep` a line would fork 1,000
@@ -268,22 +269,6 @@ def same_but_fds(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- SIGKILL during the upgrade ---------------------------------------------------
-
-
-def check_process(daemon_pid: int) -> int | None:
-    """The daemon's child that runs the new code in check mode, if one runs."""
-    for pid in child_pids(daemon_pid):
-        if b"--check-snapshot" in cmdline_of(pid):
-            return pid
-    return None
-
-
-def cmdline_of(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 async def strike(point: str, pid: int) -> str:
