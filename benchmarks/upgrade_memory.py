@@ -8,9 +8,9 @@ SESSIONS programs that print 8 MiB and sleep, waited for until every byte
 is buffered (160 MiB a daemon). Then:
 
 - daemon 1 upgrades (the library's ``Upgrade``), sampled every few ms
-  meanwhile: the anonymous memory (``RssAnon``) of the daemon and of its
-  direct children (the installed code's check run among them), plus every
-  snapshot file (a memfd) they hold, each counted once. The peak less the
+  meanwhile: the anonymous memory (``RssAnon``) of the daemon and of the
+  installed code's check run, plus the pages of every snapshot file (a
+  memfd) they hold, each counted once. The peak less the
   same sum just before is what the upgrade added; the limit is the
   buffered bytes once more.
 - both drain: one client claims every session of each (the output leaves
@@ -41,6 +41,7 @@ from benchmarks.common import (
 from benchmarks.installed import installed
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from multiserver import DaemonPaths, open_client
+from tests.procs import cmdline_of
 
 NAME = "upgrade-memory"
 SESSIONS = 20
@@ -67,9 +68,11 @@ def _status_kib(pid: int, key: str) -> int:
     return 0
 
 
-def _children(pid: int) -> list[int]:
-    """The children of every thread of ``pid`` (trio starts the check run
-    from a worker thread)."""
+def _check_runs(pid: int) -> list[int]:
+    """The children of ``pid`` that run the installed code's check, once
+    they have exec'd it (trio starts it from a worker thread: every
+    thread's children are looked at). Before its exec a child shares the
+    daemon's pages, and counting them would count them twice."""
     out = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -77,7 +80,7 @@ def _children(pid: int) -> list[int]:
                 out += [int(p) for p in f.read().split()]
     except OSError:
         pass
-    return out
+    return [p for p in out if b"--check-snapshot" in cmdline_of(p)]
 
 
 def _snapshot_files(pid: int) -> dict[int, int]:
@@ -99,9 +102,9 @@ def _snapshot_files(pid: int) -> dict[int, int]:
 
 
 def held_now(pid: int) -> int:
-    """Bytes: RssAnon of ``pid`` and its direct children, and every memfd
+    """Bytes: RssAnon of ``pid`` and of its check run, and every memfd
     they hold, each once."""
-    pids = [pid, *_children(pid)]
+    pids = [pid, *_check_runs(pid)]
     anon = sum(_status_kib(p, "RssAnon") for p in pids) * 1024
     files: dict[int, int] = {}
     for p in pids:
