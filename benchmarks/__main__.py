@@ -38,6 +38,7 @@ from benchmarks import (
     simrestore,
     throughput,
     upgrade,
+    upgrade_memory,
 )
 from benchmarks.chart import draw
 from benchmarks.installed import installed
@@ -76,6 +77,7 @@ MODULES: tuple[ModuleType, ...] = (
     replaying,
     remote,
     upgrade,
+    upgrade_memory,
 )
 RUNS = 7
 QUICK_RUNS = 3

@@ -131,7 +131,6 @@ def _env(sc: Scratch) -> dict[str, str]:
         HOME=str(sc.root),
         TMPDIR=str(sc.root),
         MULTISERVER_IDLE_EXIT="never",
-        MULTISERVER_SAVER="off",
     )
 
 

@@ -79,7 +79,7 @@ EXPORTS = {
         "user_dir",
         "write_whole",
     ),
-    "multiserver._platform": ("foreground", "set_winsize"),
+    "multiserver._platform": ("foreground", "open_fd_count", "set_winsize"),
     "multiserver._setting_kinds": ("AbsolutePath", "Kind", "Seconds", "Setting"),
     "multiserver._settings": (
         "ENVIRONMENT",

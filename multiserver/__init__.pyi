@@ -104,6 +104,7 @@ from multiserver._peer import (
 )
 from multiserver._platform import (
     foreground as foreground,
+    open_fd_count as open_fd_count,
     set_winsize as set_winsize,
 )
 from multiserver._proto import (

@@ -132,9 +132,16 @@ class OutputBuffer:
         self._trim(0)
         self._dropped = 0
 
-    def restore(self, data: bytes, dropped: int) -> None:
-        """Hold exactly ``data``, with ``dropped`` counted: what ``peek``
-        gave in the daemon before an upgrade."""
+    def view(self) -> tuple[memoryview, int]:
+        """(everything kept, dropped so far), not copied: an upgrade's
+        snapshot writes it straight to its file. The buffer cannot grow
+        while the view lives: release it before anything appends."""
+        self._trim(0)
+        return memoryview(self._data), self._dropped
+
+    def restore(self, data: bytes | memoryview, dropped: int) -> None:
+        """Hold exactly ``data`` (copied), with ``dropped`` counted: what
+        ``view`` gave in the daemon before an upgrade."""
         self._data = bytearray(data)
         self._dropped = dropped
 

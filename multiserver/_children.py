@@ -35,8 +35,9 @@ from multiserver._core import LaunchError, command_not_found
 from multiserver._durable import KEPT_OUTPUT
 from multiserver._keeping import OutputKeeper
 from multiserver._messages import ChildInfo, Launch
+from multiserver._openfiles import FileBudget
 from multiserver._osstr import escaped
-from multiserver._snapshot import BlobWriter, ChildState, blob as snapshot_blob
+from multiserver._snapshot import BlobWriter, ChildState, blob_view
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -199,6 +200,7 @@ class ChildTable:
         on_exit: Callable[[Child], None],
         on_change: Callable[[], None],
         output_dir: Path | None = None,
+        child_nofile: int | None = None,
     ) -> None:
         self._nursery = nursery
         self._buffer_limit = buffer_limit
@@ -207,6 +209,9 @@ class ChildTable:
             output_dir if buffer_limit else None, min(buffer_limit, KEPT_OUTPUT)
         )
         self._ending = False
+        # The soft RLIMIT_NOFILE children get (``_openfiles``); None: the daemon's.
+        self._child_nofile = child_nofile
+        self._budget = FileBudget()
         self._on_exit = on_exit
         self._on_change = on_change
         self._children: dict[int, Child] = {}
@@ -320,12 +325,16 @@ class ChildTable:
 
     def spawn(self, msg: Launch, env: dict[str, str]) -> Child:
         """Start a child for a Launch the request core checked (``env``
-        cleaned); not drained until ``unhold``. Raises LaunchError."""
+        cleaned); not drained until ``unhold``. Raises LaunchError (EMFILE:
+        it would leave the daemon without fds for its clients)."""
+        problem = self._budget.problem(self.running_count())
+        if problem is not None:
+            raise LaunchError(errno.EMFILE, problem)
         argv = msg.argv
         executable = resolve_executable(argv[0], env, msg.cwd)
         try:
             pid, master, tty = _platform.spawn_on_pty(
-                executable, argv, env, msg.cwd, msg.rows, msg.cols
+                executable, argv, env, msg.cwd, msg.rows, msg.cols, self._child_nofile
             )
         except ValueError as exc:
             raise LaunchError(errno.EINVAL, f"cannot start {escaped(argv[0])}: {exc}") from exc
@@ -334,6 +343,7 @@ class ChildTable:
             if err == errno.ENOENT:
                 raise command_not_found(argv[0]) from exc
             raise LaunchError(err, f"cannot start {escaped(argv[0])}: {exc.strerror}") from exc
+        self._budget.launched()
         child_id, self._next_id = self._next_id, self._next_id + 1
         child = Child(
             id=child_id,
@@ -381,12 +391,13 @@ class ChildTable:
     def snapshot(self, blobs: BlobWriter) -> tuple[list[ChildState], int]:
         """(every child as it crosses an upgrade, the next child id).
         Synchronous: nothing changes while it runs. What waits for the
-        output files is written first."""
+        output files is written first. The buffers go to ``blobs`` as
+        views, not copies: release it before they may grow."""
         self.keeper.flush_all()
         now = trio.current_time()
         states = []
         for child in self._children.values():
-            data, dropped = child.buffer.peek()
+            data, dropped = child.buffer.view()
             linger_left = None
             if child._linger_scope is not None:
                 linger_left = max(0.0, child._linger_at - now)
@@ -437,7 +448,8 @@ class ChildTable:
             child.started_at = state.started_at
             child.exited_at = state.exited_at
             child.eof = state.eof
-            child.buffer.restore(snapshot_blob(area, state.buffer), state.dropped)
+            with blob_view(area, state.buffer) as data:  # one copy: into the buffer
+                child.buffer.restore(data, state.dropped)
             if state.exit_code is not None:
                 child.exit_code = state.exit_code
                 child.exited.set()

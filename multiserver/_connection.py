@@ -438,7 +438,10 @@ class ClientConnection:
         if answer.shutdown:
             await self._owner.end_children()
         if answer.upgrade:
-            answer = await self._owner.upgrade(self, getattr(msg, "req", 0))
+            try:
+                answer = await self._owner.upgrade(self, getattr(msg, "req", 0))
+            finally:
+                core.upgrade_ended()  # reached only if this code goes on
         self._queue_answer(answer)
         if answer.shutdown:
             await self.flush()

@@ -348,6 +348,10 @@ class RequestCore(Generic[C]):
         self.server = server
         self._peers: dict[Peer, _PeerState] = {}
         self._holders: dict[int, Peer] = {}
+        # The daemon's own end, one at a time: a Shutdown accepted (it
+        # stops), or an Upgrade under way (until ``upgrade_ended``).
+        self._stopping = False
+        self._upgrading = False
 
     # --- peers ----------------------------------------------------------------------
 
@@ -423,10 +427,7 @@ class RequestCore(Generic[C]):
             case Shutdown():
                 return self._shutdown(peer, msg)
             case Upgrade():
-                if self._version(peer) < UPGRADE_VERSION:
-                    text = f"Upgrade needs protocol version {UPGRADE_VERSION}"
-                    return self.error(peer, msg.req, errno.EPROTO, text)
-                return Answer([], upgrade=True)
+                return self._upgrade(peer, msg)
             case Signal() | Collect() | Peek() | Resize():
                 child = self.host.get(msg.id)
                 if child is None:
@@ -747,7 +748,21 @@ class RequestCore(Generic[C]):
                 self.host.resize(child, msg.rows, msg.cols)
                 return Answer([_reply(peer, Ok(req=msg.req))])
 
+    # --- the daemon's own end: a Shutdown or an Upgrade, one at a time ----------
+    #
+    # A Shutdown that ends the sessions while an upgrade replaces the code
+    # left the daemon running with none, the stop's connection cut, and
+    # clients paused until the sessions had ended (issue 35). The first
+    # to come wins; the other is refused (EBUSY) in one line.
+
     def _shutdown(self, peer: Peer, msg: Shutdown) -> Answer:
+        if self._upgrading:
+            return self.error(
+                peer,
+                msg.req,
+                errno.EBUSY,
+                "the daemon is being upgraded: not stopped; stop it once the upgrade is done",
+            )
         running = sum(1 for c in self.host if c.running)
         if running and not msg.force:
             return self.error(
@@ -756,7 +771,24 @@ class RequestCore(Generic[C]):
                 errno.EBUSY,
                 f"{running} session(s) still running; use --force to end them",
             )
+        self._stopping = True
         return Answer([_reply(peer, Ok(req=msg.req))], shutdown=True)
+
+    def _upgrade(self, peer: Peer, msg: Upgrade) -> Answer:
+        if self._version(peer) < UPGRADE_VERSION:
+            text = f"Upgrade needs protocol version {UPGRADE_VERSION}"
+            return self.error(peer, msg.req, errno.EPROTO, text)
+        if self._stopping:
+            return self.error(peer, msg.req, errno.EBUSY, "the daemon is stopping")
+        if self._upgrading:
+            return self.error(peer, msg.req, errno.EBUSY, "an upgrade is already under way")
+        self._upgrading = True
+        return Answer([], upgrade=True)
+
+    def upgrade_ended(self) -> None:
+        """The driver's upgrade did not replace the code (refused, failed):
+        a Shutdown or another Upgrade may come."""
+        self._upgrading = False
 
 
 def _reply(peer: Peer, msg: Message, fds: list[OwnedFd] | None = None) -> Reply:

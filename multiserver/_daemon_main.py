@@ -52,12 +52,8 @@ from multiserver._origin import DaemonOrigin, Started, read_origin
 from multiserver._paths import DaemonPaths, LockBusy, try_lock, wait_lock
 from multiserver._server import SERVER_NAME, Daemon
 from multiserver._settings import daemon_options
-from multiserver._snapshot import (
-    Snapshot,
-    SnapshotError,
-    blob as snapshot_blob,
-    decode as decode_snapshot,
-)
+from multiserver._snapshot import Snapshot, SnapshotError, blob_view
+from multiserver._upgrade import SnapshotFile
 
 log = logging.getLogger("multiserver.daemon")
 
@@ -79,11 +75,17 @@ async def _run(
 ) -> None:
     """Serve on ``paths`` holding the lock ``lock_fd`` (taken over). Raises
     DaemonAlreadyRunning if a live daemon answers on the socket path."""
-    daemon = Daemon(config)
+    found, limit = _platform.raise_nofile_limit()
+    daemon = Daemon(config, child_nofile=found)
     daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
     _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
     origin = DaemonOrigin(
-        os.getpid(), daemon.instance_id, started, config.idle_exit, started_at=time.time()
+        os.getpid(),
+        daemon.instance_id,
+        started,
+        config.idle_exit,
+        started_at=time.time(),
+        open_files=limit,
     )
     try:
         files = DaemonFiles.bind(paths, lock_fd, origin)
@@ -94,7 +96,12 @@ async def _run(
     # compiled from source (no bytecode cache).
     _platform.release_free_memory()
     log.info(
-        "listening on %s (instance %s, %s)", paths.socket, daemon.instance_id, origin.lifetime()
+        "listening on %s (instance %s, %s; %d open files at most, its children %d)",
+        paths.socket,
+        daemon.instance_id,
+        origin.lifetime(),
+        limit,
+        found,
     )
     await _serve(daemon, files, ready)
 
@@ -103,7 +110,7 @@ async def _serve(
     daemon: Daemon,
     files: DaemonFiles,
     ready: Callable[[], None],
-    resume: tuple[Snapshot, memoryview] | None = None,
+    resume: SnapshotFile | None = None,
 ) -> None:
     """Serve on ``files`` until stopped (a signal, idle, a Shutdown); then
     unlink socket and lock if they are still its own."""
@@ -178,12 +185,14 @@ def run_foreground(
     trio.run(_run, paths, config, lock_fd, ready, "service" if service else "foreground")
 
 
-async def _resumed(
-    paths: DaemonPaths, config: DaemonConfig, snapshot: Snapshot, area: memoryview
-) -> None:
+async def _resumed(paths: DaemonPaths, config: DaemonConfig, file: SnapshotFile) -> None:
     """The new code after an upgrade: take over the daemon's files, children
-    and connections from ``snapshot``, and serve."""
-    daemon = Daemon(config, instance_id=snapshot.instance_id)
+    and connections from the snapshot ``file`` (closed once taken over:
+    nothing of it is kept), and serve."""
+    snapshot = file.snapshot
+    found, limit = _platform.raise_nofile_limit()
+    children = found if snapshot.child_nofile is None else snapshot.child_nofile
+    daemon = Daemon(config, instance_id=snapshot.instance_id, child_nofile=children)
     daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
     started = (
         snapshot.started
@@ -197,25 +206,18 @@ async def _resumed(
         config.idle_exit,
         started_at=snapshot.started_at,
         upgraded_at=snapshot.upgraded_at,
+        open_files=limit,
     )
     files = DaemonFiles.adopt(
         paths, snapshot.lock, snapshot.listener, os.stat_result(snapshot.socket_stat), origin
     )
+    del snapshot  # the file's, closed once taken over
 
     def ready() -> None:
         if started == "service":
             sd_notify(f"READY=1\nSTATUS=listening on {paths.socket} ({SERVER_NAME})")
 
-    await _serve(daemon, files, ready, (snapshot, area))
-
-
-def _read_snapshot(fd: int) -> tuple[Snapshot, memoryview]:
-    """The snapshot in the file ``fd`` (read from where it is). Raises
-    SnapshotError, OSError."""
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return decode_snapshot(b"".join(chunks))
+    await _serve(daemon, files, ready, file)
 
 
 def _config_of(snapshot: Snapshot) -> DaemonConfig:
@@ -235,20 +237,22 @@ def _check(snapshot: Snapshot, area: memoryview) -> None:
     DaemonPaths.for_socket(Path(snapshot.socket), Path(snapshot.state_dir))
     if len(snapshot.socket_stat) != 10:
         raise SnapshotError("the socket's stat has not 10 fields")
-    for child in snapshot.children:
-        snapshot_blob(area, child.buffer)
+    blobs = [c.buffer for c in snapshot.children]
     for peer in snapshot.peers:
-        snapshot_blob(area, peer.unread)
-        for out in peer.outbox:
-            snapshot_blob(area, out.frame)
+        blobs += [peer.unread, *(out.frame for out in peer.outbox)]
+    for ref in blobs:
+        blob_view(area, ref).release()  # there, not copied
 
 
 def check_main() -> None:
     """``--check-snapshot``: read a snapshot on stdin; print this code's
     server name if it can serve it, else one line on stderr, exit 1."""
     try:
-        snapshot, area = _read_snapshot(0)
-        _check(snapshot, area)
+        file = SnapshotFile.read(0)
+        try:
+            _check(file.snapshot, file.area)
+        finally:
+            file.close()
     except (SnapshotError, OSError) as exc:
         print(f"cannot take over: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
@@ -261,17 +265,17 @@ def resume_main(fd_text: str) -> None:
     try:
         fd = int(fd_text)
         try:
-            snapshot, area = _read_snapshot(fd)
+            file = SnapshotFile.read(fd)  # mapped: its pages go when it is closed
         finally:
             os.close(fd)
-        config = _config_of(snapshot)
-        _check(snapshot, area)
-        paths = DaemonPaths.for_socket(Path(snapshot.socket), Path(snapshot.state_dir))
+        config = _config_of(file.snapshot)
+        _check(file.snapshot, file.area)
+        paths = DaemonPaths.for_socket(Path(file.snapshot.socket), Path(file.snapshot.state_dir))
     except (ValueError, OSError, SnapshotError) as exc:
         log.error("cannot go on after the upgrade: %s", exc)
         os._exit(1)
     try:
-        trio.run(_resumed, paths, config, snapshot, area)
+        trio.run(_resumed, paths, config, file)
     except BaseException:
         log.exception("daemon failed after the upgrade")
         os._exit(1)

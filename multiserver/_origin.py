@@ -14,8 +14,9 @@ The lock file is the daemon's while it runs (it holds the lock, and its
 file watch makes the file again if it is deleted, ``_files.py``), and is
 removed at exit; it is the classic pidfile next to the socket. One line of
 JSON: the daemon's pid and instance id, how it was started and its idle
-exit, and since when it serves (``started_at``; ``upgraded_at`` once a
-daemon can take new code in place). A reader trusts it only when the instance id matches the ``Welcome``
+exit, since when it serves (``started_at``; ``upgraded_at`` once a
+daemon can take new code in place), and how many fds it may have open
+(``open_files``: its soft limit, raised at start). A reader trusts it only when the instance id matches the ``Welcome``
 of the daemon it talks to: a daemon killed by SIGKILL leaves its lock file
 behind, with its own line in it, until the next daemon writes its own.
 """
@@ -60,6 +61,7 @@ _FIELDS = {
 _OPTIONAL = {
     "started_at": strict(float, "number"),  # time.time() when it began serving
     "upgraded_at": strict(float, "number"),  # when it last took new code (issue 25)
+    "open_files": strict(int, "integer"),  # its soft RLIMIT_NOFILE, raised (issue 35)
 }
 
 
@@ -73,6 +75,7 @@ class DaemonOrigin:
     idle_exit: float | None  # seconds; None: never exits when idle
     started_at: float | None = None
     upgraded_at: float | None = None
+    open_files: int | None = None  # how many fds it may have open
 
     def to_bytes(self) -> bytes:
         fields = {name: getattr(self, name) for name in (*_FIELDS, *_OPTIONAL)}

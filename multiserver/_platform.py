@@ -1,21 +1,24 @@
 """Platform seams, one small section each: waiting for a child's exit
 without ``waitpid(-1)``, spawning on a PTY, the foreground process of a
-terminal, giving freed heap memory back, and a file with no name. Linux
-and macOS; nothing else in the package branches on the platform but
-``_peer`` (peer credentials), which every command loads without these."""
+terminal, giving freed heap memory back, the open-file limit and the fds
+open, and a file with no name. Linux and macOS; nothing else in the
+package branches on the platform but ``_peer`` (peer credentials), which
+every command loads without these."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
 import os
+import resource
 import select
 import signal
 import struct
 import sys
 import termios
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 IS_LINUX = sys.platform.startswith("linux")
 
@@ -167,9 +170,16 @@ def get_winsize(fd: int) -> tuple[int, int]:
 
 
 def spawn_on_pty(
-    executable: str, argv: list[str], env: dict[str, str], cwd: str, rows: int, cols: int
+    executable: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    rows: int,
+    cols: int,
+    nofile: int | None = None,
 ) -> tuple[int, int, str]:
-    """Start ``argv`` with a new PTY as its controlling terminal.
+    """Start ``argv`` with a new PTY as its controlling terminal, and
+    ``nofile`` as its soft RLIMIT_NOFILE (None: this process's).
 
     Returns (pid, master fd, tty path); the master is non-blocking and
     close-on-exec, owned by the caller. Raises OSError (errno set) when the
@@ -181,9 +191,10 @@ def spawn_on_pty(
         tty = os.ttyname(slave)
         os.set_blocking(master, False)
         if IS_LINUX:
-            pid = _posix_spawn(executable, argv, env, cwd, tty)
+            with _soft_nofile(nofile):
+                pid = _posix_spawn(executable, argv, env, cwd, tty)
         else:  # pragma: no cover - macOS
-            pid = _fork_exec(executable, argv, env, cwd, tty)
+            pid = _fork_exec(executable, argv, env, cwd, tty, nofile)
     except BaseException:
         os.close(master)
         raise
@@ -191,6 +202,23 @@ def spawn_on_pty(
         # Kept open until the child has the tty, so it never sees a hangup.
         os.close(slave)
     return pid, master, tty
+
+
+@contextlib.contextmanager
+def _soft_nofile(soft: int | None) -> Iterator[None]:
+    """This process's soft RLIMIT_NOFILE lowered to ``soft`` for the block
+    (posix_spawn has no action for it: the child inherits what the parent
+    has when it is spawned). Nothing in the block may open an fd: the
+    spawn's own actions only open fd 0, closing it first."""
+    now, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft is None or soft >= now:
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (now, hard))
 
 
 def _posix_spawn(executable: str, argv: list[str], env: dict[str, str], cwd: str, tty: str) -> int:
@@ -216,7 +244,7 @@ def _posix_spawn(executable: str, argv: list[str], env: dict[str, str], cwd: str
 
 
 def _fork_exec(
-    executable: str, argv: list[str], env: dict[str, str], cwd: str, tty: str
+    executable: str, argv: list[str], env: dict[str, str], cwd: str, tty: str, nofile: int | None
 ) -> int:  # pragma: no cover - macOS
     # Report an exec failure through a close-on-exec pipe, as posix_spawn does.
     rd, wr = os.pipe()
@@ -236,6 +264,9 @@ def _fork_exec(
                 except (OSError, ValueError):
                     pass
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            if nofile is not None:
+                hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
             os.chdir(cwd)
             os.execve(executable, argv, env)
         except OSError as exc:
@@ -311,6 +342,45 @@ def release_free_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+# --- open files: the soft RLIMIT_NOFILE raised, the fds counted -----------------
+
+# macOS refuses a soft limit past OPEN_MAX, whatever the hard limit says.
+_MACOS_OPEN_MAX = 10240
+
+
+def nofile_limit() -> int:
+    """This process's soft RLIMIT_NOFILE now (``prlimit`` may change it)."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit, or as
+    high as this OS allows. Returns (the soft limit found, the soft limit
+    now). Never raises: a limit that cannot be raised stays."""
+    found, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for soft in [hard] if IS_LINUX else [hard, _MACOS_OPEN_MAX]:
+        if soft == resource.RLIM_INFINITY or soft <= found:
+            continue
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            break
+        except (ValueError, OSError):
+            continue
+    return found, nofile_limit()
+
+
+def open_fd_count(pid: int | None = None) -> int | None:
+    """How many fds this process (or ``pid``, on Linux, a process of this
+    user) has open; None where the OS does not tell."""
+    if pid is None:
+        where = "/proc/self/fd" if IS_LINUX else "/dev/fd"
+        return len(os.listdir(where)) - 1  # less the listing's own
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd")) if IS_LINUX else None
+    except OSError:
+        return None
 
 
 # --- a file with no name, for the upgrade's snapshot: memfd (Linux) / unlinked --

@@ -18,15 +18,17 @@ from typing import Any, Protocol
 
 import trio
 
-from multiserver import _upgrade
+from multiserver import _platform, _upgrade
 from multiserver._children import Child, ChildTable
 from multiserver._codec import Codec
 from multiserver._config import DaemonConfig
 from multiserver._connection import ClientConnection
 from multiserver._core import Answer, RequestCore
+from multiserver._fds import OwnedFd
 from multiserver._messages import Error
 from multiserver._proto import SERVER_NAME as SERVER_NAME
 from multiserver._snapshot import Snapshot
+from multiserver._upgrade import SnapshotFile
 from multiserver._wire import IntakeBudget
 
 log = logging.getLogger("multiserver.daemon")
@@ -38,28 +40,57 @@ class Listener(Protocol):
 
     async def accept(self) -> tuple[trio.socket.SocketType, Any]: ...
 
+    def fileno(self) -> int: ...
+
+
+# accept() failed for want of an fd (this process's: EMFILE; the system's:
+# ENFILE) or of memory.
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+_OUT_OF_MEMORY = (errno.ENOBUFS, errno.ENOMEM)
+# How long the accept loop pauses when it can neither accept nor turn away.
+ACCEPT_PAUSE = 0.1
+
+
+def _open_spare() -> OwnedFd | None:
+    """An fd held only to be closed when accept() finds none free (as nginx
+    and libuv do): with it, a connection at the limit is told so in one
+    line and closed, instead of waiting in the backlog for its timeout."""
+    try:
+        return OwnedFd(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        return None
+
 
 class Daemon:
     """The daemon's state. ``serve`` runs it on a bound, listening socket."""
 
-    def __init__(self, config: DaemonConfig, *, instance_id: str | None = None) -> None:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        instance_id: str | None = None,
+        child_nofile: int | None = None,
+    ) -> None:
         self.config = config
         self.instance_id = instance_id or secrets.token_hex(16)
+        # The soft RLIMIT_NOFILE its children get: the one it found before
+        # raising its own (``_openfiles``); None: its own.
+        self.child_nofile = child_nofile
         self._clients: set[ClientConnection] = set()
         self._children: ChildTable | None = None
         self._core: RequestCore[Child] | None = None
         self._changed = trio.Event()
         self._stop = trio.Event()
         self.intake = IntakeBudget(config.intake_limit, config.intake_free)
-        self._refused = 0  # connections refused at the cap since the last log line
+        self._refused = 0  # connections refused since the last log line
         self._refused_logged = -math.inf
+        self._spare: OwnedFd | None = None  # ``_open_spare``, while it serves
         # Set by the process that serves it from its files (``_daemon_main``):
         # without them (the simulator, a bare ``serve``) it cannot upgrade.
         self.files: _upgrade.DaemonFiles | None = None
         # Where each child's output is kept on disk (``_keeping``); None:
         # nowhere (the simulator, a bare ``serve``).
         self.output_dir: Path | None = None
-        self._upgrading = False
         self._accepting = trio.CancelScope()
         self._listener: Listener | None = None
         self._nursery: trio.Nursery | None = None
@@ -93,18 +124,19 @@ class Daemon:
         self,
         listener: Listener,
         *,
-        resume: tuple[Snapshot, memoryview] | None = None,
+        resume: SnapshotFile | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept and serve clients until idle-exit or shutdown. ``listener``
         must already listen; ``task_status.started()`` is reported at once.
         ``resume``: first take over the children and connections of the
-        daemon before an upgrade (``_upgrade.py``); raises SnapshotError
-        if they cannot be.
+        daemon before an upgrade (``_upgrade.py``), then close it; raises
+        SnapshotError if they cannot be.
 
         Cancellation: every connection is closed; children are left running
         (the caller decides whether to end them).
         """
+        self._spare = _open_spare()
         try:
             async with trio.open_nursery() as nursery:
                 self._children = ChildTable(
@@ -113,6 +145,7 @@ class Daemon:
                     on_exit=self._on_exit,
                     on_change=self._on_change,
                     output_dir=self.output_dir,
+                    child_nofile=self.child_nofile,
                 )
                 self._core = RequestCore(
                     self._children,
@@ -122,7 +155,12 @@ class Daemon:
                 )
                 self._nursery, self._listener = nursery, listener
                 if resume is not None:
-                    self._resume(*resume)
+                    try:
+                        self._resume(resume.snapshot, resume.area)
+                    finally:
+                        resume.close()
+                    # What reading it left (its header, parsed): given back.
+                    _platform.release_free_memory()
                 nursery.start_soon(self._children.run)
                 nursery.start_soon(self._accept_loop, listener, nursery)
                 if self.config.idle_exit is not None:
@@ -133,6 +171,8 @@ class Daemon:
         finally:
             if self._children is not None:
                 self._children.close()
+            if self._spare is not None:
+                self._spare.close()
 
     async def _accept_loop(self, listener: Listener, nursery: trio.Nursery) -> None:
         with self._accepting:
@@ -143,11 +183,12 @@ class Daemon:
             try:
                 sock, _ = await listener.accept()
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.error("accept: %s; pausing", exc)
-                    await trio.sleep(0.1)
+                if exc.errno not in _OUT_OF_FDS + _OUT_OF_MEMORY:
+                    raise
+                taken = await self._accept_short(listener)
+                if taken is None:
                     continue
-                raise
+                sock = taken
             if len(self._clients) >= self.config.max_connections:
                 nursery.start_soon(self._refuse, sock)
                 continue
@@ -157,22 +198,74 @@ class Daemon:
             self._on_change()
             nursery.start_soon(conn.serve)
 
-    async def _refuse(self, sock: trio.socket.SocketType) -> None:
-        """One connection past the cap: one line of why, then close. Logged
-        at most once a second, with how many were refused meanwhile."""
+    def _count_refused(self, why: str) -> None:
+        """One connection refused: logged at most once a second, with how
+        many were refused meanwhile."""
         self._refused += 1
         now = trio.current_time()
         if now - self._refused_logged >= 1.0:
-            log.warning(
-                "refused %d connection(s): %d open, the most allowed (max_connections)",
-                self._refused,
-                len(self._clients),
-            )
+            log.warning("refused %d connection(s): %s", self._refused, why)
             self._refused, self._refused_logged = 0, now
+
+    async def _refuse(self, sock: trio.socket.SocketType) -> None:
+        """One connection past the cap: one line of why, then close."""
+        self._count_refused(f"{len(self._clients)} open, the most allowed (max_connections)")
         text = f"too many connections ({len(self._clients)} open); try again later"
         frame = Codec("daemon").send(Error(req=None, errno=errno.EUSERS, message=text))
         with sock, trio.move_on_after(1.0), contextlib.suppress(OSError):
             await sock.send(frame)
+
+    async def _accept_short(self, listener: Listener) -> trio.socket.SocketType | None:
+        """accept() found no free fd (or memory). Wait for a connection to
+        come (an accept tried at once fails again: trio tries before it
+        waits, and the kernel wants a free fd before it looks for a
+        connection), and accept it if fds were freed meanwhile. Else, out
+        of fds, turn it away with the spare fd: one line, ``EMFILE``, and
+        closed. Without a spare (or out of memory), pause ACCEPT_PAUSE, as
+        trio's ``serve_listeners`` does. The connections the daemon has
+        are served meanwhile, each by its own task.
+
+        Cancellation: nothing was accepted, or what was is closed.
+        """
+        with contextlib.suppress(trio.ClosedResourceError):  # the watch re-bound it
+            await trio.lowlevel.wait_readable(listener.fileno())
+        try:
+            sock, _ = await listener.accept()
+            return sock
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_FDS + _OUT_OF_MEMORY:
+                raise
+            why = exc
+        if why.errno in _OUT_OF_FDS and self._spare is not None:
+            self._spare.close()
+            self._spare = None
+            try:
+                sock, _ = await listener.accept()
+            except OSError:
+                pass
+            else:
+                self._turn_away(sock)
+            finally:
+                self._spare = _open_spare()
+            return None
+        self._count_refused(f"accept: {why.strerror}")
+        await trio.sleep(ACCEPT_PAUSE)
+        if self._spare is None:
+            self._spare = _open_spare()
+        return None
+
+    def _turn_away(self, sock: trio.socket.SocketType) -> None:
+        """A connection accepted on the spare fd: its one line, and closed,
+        in one synchronous step (the spare's number is free again for it)."""
+        limit = _platform.nofile_limit()
+        self._count_refused(f"out of open files ({limit}, the limit)")
+        text = (
+            f"the daemon has all {limit} of its open files in use: it serves the clients"
+            " it has, but no new one until some close (its sessions run on)"
+        )
+        frame = Codec("daemon").send(Error(req=None, errno=errno.EMFILE, message=text))
+        with sock, contextlib.suppress(OSError):
+            os.write(sock.fileno(), frame)  # a fresh socket's buffer takes it whole
 
     async def _idle_watch(self) -> None:
         assert self.config.idle_exit is not None
@@ -200,13 +293,7 @@ class Daemon:
         error says why); otherwise the process is the new code."""
         if self.files is None:
             return self.core.error(conn, req, errno.EOPNOTSUPP, "this daemon cannot upgrade")
-        if self._upgrading:
-            return self.core.error(conn, req, errno.EBUSY, "an upgrade is already under way")
-        self._upgrading = True
-        try:
-            return await _upgrade.upgrade(self, self.files, conn, req)
-        finally:
-            self._upgrading = False
+        return await _upgrade.upgrade(self, self.files, conn, req)
 
     def pause(self) -> None:
         """Stop accepting (connections wait in the backlog) and pause every

@@ -22,7 +22,9 @@ misunderstand raises ``readable_from``.
 
 Format history:
 
-- 1 (multiserver 0.1): the first.
+- 1 (multiserver 0.1): the first. Fields added since, each with a default
+  (an older writer's snapshot gets it; an older reader ignores the field):
+  ``child_nofile`` (issue 35).
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ class Snapshot:
     # clock: the new code measures the pause against it), and time.time().
     paused_at: float = 0.0
     upgraded_at: float = 0.0
+    # The soft RLIMIT_NOFILE the daemon's children get, the one it found at
+    # start before raising its own (``_openfiles``); None: not known (an
+    # older writer, which never raised its own: the new code's is it).
+    child_nofile: int | None = None
 
     def fds(self) -> list[int]:
         """Every fd the snapshot names: what must cross the exec."""
@@ -148,25 +154,37 @@ _converter = cattrs.Converter()  # the snapshot's own: unknown keys are ignored
 
 
 class BlobWriter:
-    """Collects the blob area while a snapshot is built."""
+    """Collects the blob area while a snapshot is built: the bytes given,
+    not copies (a view of a child's buffer, which cannot grow until
+    ``release``)."""
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
         self._size = 0
 
-    def add(self, data: bytes) -> Blob:
+    def add(self, data: bytes | memoryview) -> Blob:
+        """Where ``data`` will be; a view given is this writer's to release."""
         if not data:
+            if isinstance(data, memoryview):
+                data.release()
             return Blob()
         blob = Blob(self._size, len(data))
         self._parts.append(data)
         self._size += len(data)
         return blob
 
-    def parts(self) -> list[bytes]:
+    def parts(self) -> list[bytes | memoryview]:
         return self._parts
 
+    def release(self) -> None:
+        """Let go of what was added (the buffers viewed may grow again)."""
+        for part in self._parts:
+            if isinstance(part, memoryview):
+                part.release()
+        self._parts = []
 
-def encode(snapshot: Snapshot, blobs: BlobWriter) -> list[bytes]:
+
+def encode(snapshot: Snapshot, blobs: BlobWriter) -> list[bytes | memoryview]:
     """The snapshot's bytes, as parts to write in order."""
     header = json.dumps(_converter.unstructure(snapshot), separators=(",", ":")).encode()
     return [MAGIC, _LENGTH.pack(len(header)), header, *blobs.parts()]
@@ -211,10 +229,18 @@ def check_readable(fmt: object, readable_from: object) -> None:
 
 
 def blob(area: memoryview, ref: Blob) -> bytes:
-    """The bytes ``ref`` names. Raises SnapshotError if they are not there."""
+    """The bytes ``ref`` names (a copy). Raises SnapshotError if they are
+    not there."""
+    with blob_view(area, ref) as view:
+        return bytes(view)
+
+
+def blob_view(area: memoryview, ref: Blob) -> memoryview:
+    """The bytes ``ref`` names, not copied: release the view (``with``)
+    before the area is. Raises SnapshotError if they are not there."""
     if ref.start < 0 or ref.length < 0 or ref.start + ref.length > len(area):
         raise SnapshotError(f"a blob ({ref.start}+{ref.length}) lies outside the snapshot")
-    return bytes(area[ref.start : ref.start + ref.length])
+    return area[ref.start : ref.start + ref.length]
 
 
 def _first_line(exc: BaseException) -> str:

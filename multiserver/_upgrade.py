@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import signal
 import sys
@@ -61,6 +62,9 @@ class Daemon(Protocol):
 
     @property
     def instance_id(self) -> str: ...
+
+    @property
+    def child_nofile(self) -> int | None: ...
 
     @property
     def children(self) -> ChildTable: ...
@@ -100,54 +104,129 @@ class DaemonFiles(Protocol):
 # disconnected (a client that neither reads its answers nor sends a whole
 # request); and how long the new code gets to say it can take over.
 QUIET_WAIT = 2.0
+LATE_WAIT = 0.25
 CHECK_TIMEOUT = 30.0
 
 
 def take_snapshot(
-    daemon: Daemon, files: DaemonFiles, conns: list[ClientConnection]
-) -> tuple[Snapshot, list[bytes]]:
-    """The daemon's state now, and its bytes. Synchronous."""
+    daemon: Daemon,
+    files: DaemonFiles,
+    conns: list[ClientConnection],
+    directory: str,
+    paused_at: float = 0.0,
+    *,
+    blobs_too: bool = True,
+) -> tuple[Snapshot, int]:
+    """The daemon's state now, written to a file with no name in
+    ``directory`` (read from its start): (the snapshot, the file's fd, the
+    caller's). Synchronous. The buffers go from the daemon's memory to the
+    file, copied once; without ``blobs_too`` (the check run's), the blob
+    area is a hole of its size, which takes no memory: the check reads
+    the header and the blobs' bounds, never their bytes. Raises OSError."""
     blobs = BlobWriter()
-    children, next_id = daemon.children.snapshot(blobs)
-    peers = [conn.export(blobs) for conn in conns]
-    origin = files.origin
-    snapshot = Snapshot(
-        format=_snapshot.FORMAT,
-        readable_from=_snapshot.FORMAT,
-        server=SERVER_NAME,
-        instance_id=daemon.instance_id,
-        pid=os.getpid(),
-        started=origin.started if origin else "on-demand",
-        started_at=origin.started_at if origin else None,
-        idle_exit=daemon.config.idle_exit,
-        socket=str(files.paths.socket),
-        state_dir=str(files.paths.state_dir),
-        listener=files.listener.fileno(),
-        lock=files.lock_fd,
-        socket_stat=[int(x) for x in tuple(files.socket_stat)[:10]],
-        config=attrs.asdict(daemon.config),
-        next_child_id=next_id,
-        children=children,
-        peers=peers,
-        paused_at=time.monotonic(),
-        upgraded_at=time.time(),
-    )
-    return snapshot, _snapshot.encode(snapshot, blobs)
+    try:
+        children, next_id = daemon.children.snapshot(blobs)
+        peers = [conn.export(blobs) for conn in conns]
+        origin = files.origin
+        snapshot = Snapshot(
+            format=_snapshot.FORMAT,
+            readable_from=_snapshot.FORMAT,
+            server=SERVER_NAME,
+            instance_id=daemon.instance_id,
+            pid=os.getpid(),
+            started=origin.started if origin else "on-demand",
+            started_at=origin.started_at if origin else None,
+            idle_exit=daemon.config.idle_exit,
+            socket=str(files.paths.socket),
+            state_dir=str(files.paths.state_dir),
+            listener=files.listener.fileno(),
+            lock=files.lock_fd,
+            socket_stat=[int(x) for x in tuple(files.socket_stat)[:10]],
+            config=attrs.asdict(daemon.config),
+            next_child_id=next_id,
+            children=children,
+            peers=peers,
+            paused_at=paused_at,
+            upgraded_at=time.time(),
+            child_nofile=daemon.child_nofile,
+        )
+        parts = _snapshot.encode(snapshot, blobs)
+        if blobs_too:
+            return snapshot, write_file(parts, directory)
+        head = parts[: -len(blobs.parts())] if blobs.parts() else parts
+        return snapshot, write_file(head, directory, size=sum(len(p) for p in parts))
+    finally:
+        blobs.release()  # the children's buffers may grow again
 
 
-def write_file(parts: list[bytes], directory: str) -> int:
-    """A file with no name holding ``parts``, read from its start. Raises OSError."""
+def write_file(parts: list[bytes | memoryview], directory: str, size: int = 0) -> int:
+    """A file with no name holding ``parts``, then a hole up to ``size``
+    bytes; read from its start. Raises OSError."""
     fd = _platform.anonymous_file(directory)
     try:
         for part in parts:
             view = memoryview(part)
             while view:
                 view = view[os.write(fd, view) :]
+        if size > os.lseek(fd, 0, os.SEEK_CUR):
+            os.ftruncate(fd, size)
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+class SnapshotFile:
+    """The snapshot the new code serves from: the file mapped, not read
+    into memory (its blobs are copied once, into the buffers and frames
+    that take them over), or read where it cannot be mapped. ``close``
+    once taken over: the file's pages go with the map, and nothing of the
+    snapshot stays for the daemon's life."""
+
+    def __init__(self, snapshot: Snapshot, area: memoryview, whole: memoryview) -> None:
+        self._snapshot: Snapshot | None = snapshot
+        self.area = area
+        self._whole = whole
+
+    @classmethod
+    def read(cls, fd: int) -> SnapshotFile:
+        """The snapshot in the file ``fd`` (which stays the caller's).
+        Raises SnapshotError, OSError."""
+        try:
+            whole = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+        except (OSError, ValueError):  # not a file that maps (a pipe), or empty
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            whole = memoryview(b"".join(chunks))
+        try:
+            snapshot, area = _snapshot.decode(whole)
+        except BaseException:
+            _close_view(whole)
+            raise
+        return cls(snapshot, area, whole)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        assert self._snapshot is not None, "the snapshot file was closed"
+        return self._snapshot
+
+    def close(self) -> None:
+        self._snapshot = None
+        self.area.release()
+        _close_view(self._whole)
+
+
+def _close_view(view: memoryview) -> None:
+    """Release ``view`` and close the map under it, if it is one."""
+    under = view.obj
+    view.release()
+    if isinstance(under, mmap.mmap):
+        try:
+            under.close()
+        except BufferError:  # a view of it still lives: a bug, which costs memory only
+            log.warning("the snapshot's map is still in use: it stays mapped")
 
 
 async def check_new_code(fd: int) -> tuple[str | None, str]:
@@ -190,7 +269,7 @@ async def upgrade(daemon: Daemon, files: DaemonFiles, conn: ClientConnection, re
 
     directory = str(files.paths.dir)
     try:
-        fd = write_file(take_snapshot(daemon, files, list(daemon.clients))[1], directory)
+        _, fd = take_snapshot(daemon, files, list(daemon.clients), directory, blobs_too=False)
     except OSError as exc:
         return refused(exc.errno or errno.EIO, f"cannot write the snapshot: {exc.strerror}")
     try:
@@ -201,11 +280,13 @@ async def upgrade(daemon: Daemon, files: DaemonFiles, conn: ClientConnection, re
         return refused(errno.ENOEXEC, f"the installed code cannot take over: {why}")
     log.info("upgrading to %s", new_server)
     conn.upgrade_req = req
+    # Clients wait from here: the pause the new code reports is this one.
+    paused_at = time.monotonic()
     daemon.pause()
     try:
         await _wait_quiet(daemon)
         conns = [c for c in daemon.clients if c.quiet and not c.closed]
-        err = _exec(*take_snapshot(daemon, files, conns), directory)  # returns only on failure
+        err = _exec(daemon, files, conns, directory, paused_at)  # returns only on failure
         return refused(err.errno or errno.EIO, f"cannot start the installed code: {err}")
     finally:
         conn.upgrade_req = None
@@ -214,7 +295,9 @@ async def upgrade(daemon: Daemon, files: DaemonFiles, conn: ClientConnection, re
 
 async def _wait_quiet(daemon: Daemon) -> None:
     """Wait for every connection to park; disconnect those that do not
-    within QUIET_WAIT, and wait for them to be gone."""
+    within QUIET_WAIT, and give them LATE_WAIT to be gone: the pause stays
+    bounded whatever they wait on (one that is still there is left out of
+    the snapshot, its socket closed by the exec, what it held drained)."""
     with trio.move_on_after(QUIET_WAIT):
         for conn in list(daemon.clients):
             await conn.wait_quiet()
@@ -222,18 +305,25 @@ async def _wait_quiet(daemon: Daemon) -> None:
     for conn in late:
         log.warning("client %d: did not pause for the upgrade; disconnecting", conn.id)
         conn.disconnect()
-    for conn in late:
-        await conn.wait_quiet()  # set once it is closed
+    with trio.move_on_after(LATE_WAIT):
+        for conn in late:
+            await conn.wait_quiet()  # set once it is closed
 
 
-def _exec(snapshot: Snapshot, parts: list[bytes], directory: str) -> OSError:
+def _exec(
+    daemon: Daemon,
+    files: DaemonFiles,
+    conns: list[ClientConnection],
+    directory: str,
+    paused_at: float,
+) -> OSError:
     """Write the snapshot and exec the new code on it; returns the error
     only if that failed (every fd is close-on-exec again then)."""
-    fds = snapshot.fds()
     try:
-        fd = write_file(parts, directory)
+        snapshot, fd = take_snapshot(daemon, files, conns, directory, paused_at)
     except OSError as exc:
         return exc
+    fds = snapshot.fds()
     old_hup = signal.getsignal(signal.SIGHUP)
     try:
         for n in [fd, *fds]:

@@ -296,7 +296,15 @@ class Ambiguous:
     message: str  # one line: the candidates and how to choose
 
 
-Resolution = Found | SavedOnly | Missing | Ambiguous
+@record
+class Unanswered:
+    """No session of that name among the daemons that answered, but one
+    that could hold it did not answer: nobody can say it is missing."""
+
+    message: str  # one line: the daemons that did not answer, and why
+
+
+Resolution = Found | SavedOnly | Missing | Ambiguous | Unanswered
 
 
 def resolve(
@@ -313,6 +321,8 @@ def resolve(
        how to choose, even when one of them is saved: acting on either
        without a word is what this refusal is for.
     2. Else a saved session of that name with no live child.
+    3. Else, if a daemon in scope did not answer, nobody knows
+       (``Unanswered``); only when every one did is it ``Missing``.
     """
     every = sessions(survey)
     in_scope = [
@@ -334,6 +344,13 @@ def resolve(
     for s in every:
         if s.child is None and s.name == name:
             return SavedOnly(s)
+    silent = [s for s in survey.silent if scope is None or _norm(s) == _norm(scope)]
+    if silent:
+        labels = ", ".join(f"daemon {daemon_label(s)}" for s in sorted(silent))
+        return Unanswered(
+            f"cannot tell whether there is a session named {name!r}: {labels} did not answer"
+            f"{_hint(survey, name, command)}; try again once it answers"
+        )
     return Missing(f"no session named {name!r}{_hint(survey, name, command)}")
 
 
@@ -408,6 +425,9 @@ def plan_new(
         problem = name_problem(name, new=True)
         if problem is not None:
             return Refused(problem)
+        if isinstance(found, Unanswered):
+            # It may run on the daemon that did not answer: not a second one.
+            return Refused(found.message)
     conflict = new_name_conflict(survey, name)
     if conflict is not None:
         return Refused(conflict)

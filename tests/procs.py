@@ -62,3 +62,21 @@ def cmdlines() -> Iterator[tuple[int, bytes]]:
                 yield int(name), f.read()
         except OSError:
             continue
+
+
+def cmdline_of(pid: int) -> bytes:
+    """The NUL-separated command line of ``pid`` (empty once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def check_process(daemon_pid: int) -> int | None:
+    """The daemon's child that runs the installed code in check mode on its
+    snapshot (an upgrade's first step), if one runs."""
+    for pid in child_pids(daemon_pid):
+        if b"--check-snapshot" in cmdline_of(pid):
+            return pid
+    return None

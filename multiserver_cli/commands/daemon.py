@@ -26,7 +26,7 @@ def add_arguments(p: ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="report every running daemon (starting none): socket, pid, the version of the"
-        " code it runs, protocol, how and when it was started",
+        " code it runs, protocol, how and when it was started, its open files and their limit",
     )
     g.add_argument(
         "--foreground",
@@ -67,7 +67,14 @@ def _report(args: Namespace) -> int:
     """``daemon --json``: what each running daemon (``--daemon N``: that one)
     says of itself, and its lock file of how it was started; one that does
     not answer is a row with its ``error``, and the status 1."""
-    from multiserver import DaemonPaths, MultiserverError, dial_blocking, find_sockets, read_origin
+    from multiserver import (
+        DaemonPaths,
+        MultiserverError,
+        dial_blocking,
+        find_sockets,
+        open_fd_count,
+        read_origin,
+    )
     from multiserver_cli._args import only_daemon
     from multiserver_cli._format import print_json
     from multiserver_cli._sessions import deadline
@@ -95,6 +102,12 @@ def _report(args: Namespace) -> int:
                     idle_exit=None if origin is None else origin.idle_exit,
                     started_at=None if origin is None else origin.started_at,
                     upgraded_at=None if origin is None else origin.upgraded_at,
+                    # Its limit (raised at its start), and what it has open
+                    # where this OS tells (Linux).
+                    open_files={
+                        "limit": None if origin is None else origin.open_files,
+                        "in_use": open_fd_count(welcome.pid),
+                    },
                 )
         except MultiserverError as exc:
             if number is None and not socket.exists():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shlex
 import subprocess
 import time
@@ -272,6 +273,10 @@ async def test_daemon_prints_its_socket_and_stop_refuses_while_sessions_run(
             None,
         )
     assert reported[0]["started_at"] < before <= reported[1]["started_at"] <= time.time()
+    # Its soft limit raised to the hard one (issue 35), and what it has open.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert [r["open_files"]["limit"] for r in reported] == [hard, hard]
+    assert all(r["open_files"]["in_use"] >= 5 for r in reported)
     await ms(ms_dirs, "--daemon", "2", "stop")
     assert [r["number"] for r in json.loads((await ms(ms_dirs, "daemon", "--json")).stdout)] == [1]
 

@@ -18,6 +18,7 @@ from multiserver_cli._names import (
     Refused,
     SavedOnly,
     Survey,
+    Unanswered,
     default_name,
     name_problem,
     new_name_conflict,
@@ -170,10 +171,27 @@ def test_resolve_finds_one_refuses_several_and_finds_saved_sessions_anywhere() -
     assert isinstance(web, Found) and web.session.daemon == "2" and web.session.saved
     down = resolve(SURVEY, "down", command="kill", scope=sock(1))
     assert isinstance(down, SavedOnly) and down.session.leaf == leaf("down", 5)
-    assert resolve(SURVEY, "build", command="attach") == Missing(
+    assert resolve(SURVEY, "build", command="attach", scope=sock(1)) == Missing(
         "no session named 'build' (daemon 1 calls the session 'orphan-sh-1' so)"
     )
     assert resolve(SURVEY, "2", command="peek", scope=sock(1)) == Missing("no session named '2'")
+
+
+def test_a_name_no_daemon_that_answered_has_is_not_missing_while_one_did_not() -> None:
+    """Daemon 4 did not answer: a session of any name may be there. Only
+    with the daemons that answered in scope is a name missing."""
+    assert resolve(SURVEY, "build", command="kill") == Unanswered(
+        "cannot tell whether there is a session named 'build': daemon 4 did not answer"
+        " (daemon 1 calls the session 'orphan-sh-1' so); try again once it answers"
+    )
+    assert isinstance(resolve(SURVEY, "s1", command="kill", scope=sock(4)), Unanswered)
+    assert isinstance(resolve(SURVEY, "s1", command="kill", scope=sock(2)), Missing)
+    # new -A does not start a second one beside one that may run there.
+    refused = plan_new(SURVEY, "s1", attach_existing=True)
+    assert isinstance(refused, Refused) and "daemon 4 did not answer" in refused.message
+    assert plan_new(SURVEY, "s1", attach_existing=True, scope=sock(2)) == Create(
+        "s1", explicit=True
+    )
 
 
 def test_plan_new() -> None:

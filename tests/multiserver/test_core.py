@@ -26,6 +26,7 @@ from multiserver._core import (
     shorten_argv,
 )
 from multiserver._messages import (
+    PROTOCOL_VERSION,
     ChildInfo,
     Children,
     ChildTaken,
@@ -39,6 +40,8 @@ from multiserver._messages import (
     Message,
     Release,
     Released,
+    Shutdown,
+    Upgrade,
     Welcome,
 )
 
@@ -382,3 +385,28 @@ def test_a_launch_held_gives_a_dup_and_a_launch_detached_none(host: FakeHost) ->
     assert isinstance(free.message, Launched) and not free.message.child.held and not free.fds
     [missing] = core.handle(peer, Launch(req=3, argv=["missing"], env={}, cwd="/")).replies
     assert isinstance(missing.message, Error) and missing.message.errno == errno.ENOENT
+
+
+@pytest.mark.parametrize("first", ["stop", "upgrade"])
+def test_of_a_stop_and_an_upgrade_the_first_wins_and_the_other_is_refused(
+    host: FakeHost, first: str
+) -> None:
+    """Issue 35: a forced stop that ended the sessions while an upgrade
+    replaced the code left a daemon with none, and clients paused until
+    the sessions had ended. One at a time; the second is EBUSY, one line."""
+    core = make_core(host)
+    peer = joined(core, FakePeer(), version=PROTOCOL_VERSION)
+    stop, upgrade = Shutdown(req=1, force=True), Upgrade(req=2)
+    if first == "stop":
+        assert core.handle(peer, stop).shutdown
+        refused, why = core.handle(peer, upgrade), "the daemon is stopping"
+    else:
+        assert core.handle(peer, upgrade).upgrade
+        refused, why = core.handle(peer, stop), "the daemon is being upgraded: not stopped;"
+    assert not refused.shutdown and not refused.upgrade
+    [reply] = refused.replies
+    assert isinstance(reply.message, Error) and reply.message.errno == errno.EBUSY
+    assert reply.message.message.startswith(why)
+    if first == "upgrade":
+        core.upgrade_ended()  # it did not replace the code: a stop may come
+        assert core.handle(peer, stop).shutdown

@@ -97,8 +97,9 @@ async def test_daemon_is_detached_with_clean_process_state(
 
 async def test_daemon_holds_only_the_fds_it_needs(ms_dirs: MsDirs, daemon: RunningDaemon) -> None:
     """Lock, listening socket, log, stdio, trio's epoll and wakeup fds, the
-    drain and reap sets (two more epolls), and per running child its master
-    and pidfd: nothing else (no ready pipe, no
+    drain and reap sets (two more epolls), the spare fd the accept loop
+    turns a connection away with at the fd limit (/dev/null), and per
+    running child its master and pidfd: nothing else (no ready pipe, no
     inherited fd, no client socket once the clients are gone)."""
     paths = ms_dirs.paths
     async with open_client(paths) as client:
@@ -125,6 +126,8 @@ async def test_daemon_holds_only_the_fds_it_needs(ms_dirs: MsDirs, daemon: Runni
             kind = "master"
         elif link == "anon_inode:[pidfd]":
             kind = "pidfd"
+        elif link == os.devnull:
+            kind = "spare"
         else:
             kind = f"unexpected: {link}"
         kinds.setdefault(kind, []).append(fd)
@@ -138,6 +141,7 @@ async def test_daemon_holds_only_the_fds_it_needs(ms_dirs: MsDirs, daemon: Runni
         "lock": 1,
         "listener": 1,
         "epoll": 3,  # trio's, the drain set, the exit set
+        "spare": 1,
         "master": 2,
         "pidfd": 1,
     }, links
