@@ -212,7 +212,6 @@ def _one_run(out: Samples) -> None:
             HOME=str(sc.root),
             TMPDIR=str(sc.root),
             MULTISERVER_IDLE_EXIT="never",
-            MULTISERVER_SAVER="off",
             MULTISERVER_BUFFER_LIMIT=str(BUFFER),
         )
         command = installed().command
