@@ -22,6 +22,7 @@ import errno
 import fcntl
 import json
 import os
+import pty
 import re
 import signal
 import struct
@@ -284,6 +285,33 @@ class Terminal:
         self.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5.0)
+
+
+def on_a_terminal(argv: list[str], env: dict[str, str], cols: int = 0) -> bytes:
+    """Run ``argv`` with stdin, stdout and stderr a fresh PTY (``cols``
+    wide, if given) until it exits; every byte it wrote there."""
+    leader, follower = pty.openpty()
+    if cols:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+    try:
+        proc = subprocess.Popen(argv, env=env, stdin=follower, stdout=follower, stderr=follower)
+        os.close(follower)
+        follower = -1
+        seen = b""
+        while True:  # until the PTY hangs up: the command exited, every byte read
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(timeout=30) == 0, seen
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    return seen
 
 
 def person_env(ms_dirs: MsDirs) -> dict[str, str]:

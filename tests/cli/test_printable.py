@@ -10,7 +10,6 @@ daemons of the test's dirs, and their children, at teardown)."""
 from __future__ import annotations
 
 import os
-import pty
 import subprocess
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from multiserver import printable
 from multiserver_cli._format import table
 from multiserver_cli._layouts import _one_line
 from multiserver_cli.commands import _report
-from tests.cli.conftest import MULTISERVER, person_env
+from tests.cli.conftest import MULTISERVER, on_a_terminal, person_env
 from tests.conftest import MsDirs
 
 # What retitles a window today: OSC 0 ... BEL, in a comment of sh -c.
@@ -121,32 +120,7 @@ def test_ls_piped_shows_no_escape(ms_dirs: MsDirs) -> None:
 
 def test_ls_on_a_terminal_shows_no_escape(ms_dirs: MsDirs) -> None:
     env, _ = _hostile_session(ms_dirs)
-    leader, follower = pty.openpty()
-    try:
-        proc = subprocess.Popen(
-            [MULTISERVER, "ls"],
-            cwd=ms_dirs.root,
-            env={**env, "COLUMNS": "200"},
-            stdin=follower,
-            stdout=follower,
-            stderr=follower,
-        )
-        os.close(follower)
-        follower = -1
-        seen = b""
-        while True:  # until the PTY hangs up: ls exited, every byte read
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        assert proc.wait(timeout=30) == 0, seen
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
+    seen = on_a_terminal([MULTISERVER, "ls"], {**env, "COLUMNS": "200"})
     assert _acts(seen) == []
     assert b"\\x1b]0;T\\x07" in seen
 

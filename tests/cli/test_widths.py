@@ -5,14 +5,7 @@ of a given width, as a person's terminal."""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import struct
-import subprocess
-import termios
-
-from tests.cli.conftest import MULTISERVER, ms, person_env
+from tests.cli.conftest import MULTISERVER, ms, on_a_terminal, person_env
 from tests.cli.test_names import save_not_running
 from tests.conftest import MsDirs
 
@@ -20,29 +13,8 @@ from tests.conftest import MsDirs
 def at_a_terminal(ms_dirs: MsDirs, *args: str, cols: int = 80) -> list[str]:
     """``multiserver ARGS`` with stdout and stderr a terminal of ``cols``
     columns: the lines it showed."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
-    try:
-        env = {k: v for k, v in person_env(ms_dirs).items() if k not in ("COLUMNS", "LINES")}
-        proc = subprocess.Popen(
-            [MULTISERVER, *args], env=env, stdin=follower, stdout=follower, stderr=follower
-        )
-        os.close(follower)
-        follower = -1
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-        proc.wait(timeout=30)
-    finally:
-        os.close(leader)
-        if follower != -1:
-            os.close(follower)
+    env = {k: v for k, v in person_env(ms_dirs).items() if k not in ("COLUMNS", "LINES")}
+    seen = on_a_terminal([MULTISERVER, *args], env, cols=cols)
     return seen.decode().replace("\r\n", "\n").splitlines()
 
 
