@@ -42,6 +42,8 @@ def run(args: Namespace) -> int:
             value, source = os.environ.get(setting.env or ""), f"${setting.env} (refused)"
         if value is None and setting.name in _DIRS:
             value = str(_DIRS[setting.name]())
+        if setting.name == "shell" and not value:  # what new runs: $SHELL, else the login's
+            value, source = _resolved_shell()
         decided[setting.key or setting.env or setting.name] = (value, source)
     if args.json:
         print_json(
@@ -59,6 +61,18 @@ def run(args: Namespace) -> int:
         exists = "" if settings.path.exists() else " (none: every setting is from elsewhere)"
         print(f"file: {printable(str(settings.path))}{exists}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _resolved_shell() -> tuple[str, str]:
+    """The shell ``new`` runs with no command and none set (issue 36: ``config``
+    showed ``""``), and where it came from."""
+    import os
+
+    from multiserver_cli.commands.new import user_shell
+
+    if os.environ.get("SHELL"):
+        return os.environ["SHELL"], "$SHELL"
+    return user_shell()[0], "your login shell (passwd)"
 
 
 def _runtime_dir() -> object:

@@ -91,11 +91,22 @@ def upgrade_one(socket: Path, *, explicit: bool) -> tuple[str, bool]:
         return f"multiserver: {label}: no daemon running at {paths.socket}", False
     except MultiserverError as exc:
         return f"multiserver: {label}: {exc}", False
+    old, new = _version(done.old_server), _version(done.server)
     return (
-        f"{label} (pid {done.pid}): {_version(done.old_server)} -> {_version(done.server)},"
+        f"{label} (pid {done.pid}): {old} -> {new}{_direction(old, new)},"
         f" paused {done.paused * 1000:.0f} ms",
         True,
     )
+
+
+def _direction(old: str, new: str) -> str:
+    """What a person should know of the move: back to older code is a
+    downgrade (issue 36: "0.1.4 -> 0.1.0" said nothing of it)."""
+    from multiserver_cli._older import is_older
+
+    if is_older(new, old):
+        return " (a downgrade: the installed code is older than what ran)"
+    return ""
 
 
 def _version(server: str) -> str:

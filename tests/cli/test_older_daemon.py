@@ -103,3 +103,13 @@ async def test_every_command_that_talks_to_the_daemon_notices(
         assert err.count("older than this command (999.0)") == 1, err
     finally:
         WELCOME_HOOKS[:] = saved
+
+
+def test_an_upgrade_to_older_code_says_it_is_a_downgrade() -> None:
+    """Issue 36: `upgrade` to an older version said "0.1.4 -> 0.1.0" and no more."""
+    from multiserver_cli.commands.upgrade import _direction
+
+    assert (
+        _direction("0.1.4", "0.1.0") == " (a downgrade: the installed code is older than what ran)"
+    )
+    assert _direction("0.1.0", "0.1.4") == _direction("0.1.4", "0.1.4") == ""

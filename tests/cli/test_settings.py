@@ -111,6 +111,8 @@ def test_config_command_says_where_each_came_from(ms_dirs: MsDirs) -> None:
     assert got["settings"]["restore_timeout"] == {"value": 4.0, "from": f"{path}:1"}
     assert got["settings"]["strip_env"] == {"value": ["X_*"], "from": "$MULTISERVER_STRIP_ENV"}
     assert got["settings"]["detach_key"] == {"value": "^\\", "from": "default"}
+    # Not set anywhere: the shell new runs, and why (issue 36: it showed "").
+    assert got["settings"]["shell"] == {"value": env["SHELL"], "from": "$SHELL"}
     assert got["problems"] == [
         f"{path}:2: unknown setting 'colour' (known: " + ", ".join(_settings.BY_KEY) + "); ignored"
     ]
