@@ -365,8 +365,11 @@ async def test_handover_under_load_is_byte_exact(
     stream = b"".join(chunks)
     assert len(stream) == len(expected)
     assert stream == expected
-    # The handovers overlapped the output both ways (here: ~95 and ~35 of 200).
-    assert replays >= 10 and held_reads >= 1, (replays, held_reads)
+    # The handovers overlapped the output both ways. Measured on 2 busy
+    # cores, 10 runs (2026-12-05): replays 12-40, held reads 13-51 of 200;
+    # before the daemon kept output on disk, replays 18-45. The bound only
+    # says both paths ran: it was 10, which a busy run met with 9.
+    assert replays >= 3 and held_reads >= 1, (replays, held_reads)
 
 
 # --- exit statuses -----------------------------------------------------------------------------
