@@ -36,6 +36,7 @@ import threading
 from pathlib import Path
 
 from multiserver._buffer import safe_start
+from multiserver._paths import write_whole
 
 OUTPUT_DIR = "output"
 # The newest bytes a file keeps: what a restore replays of a session
@@ -118,10 +119,8 @@ class DurableOutput:
             self._compact(data, 0 if cut else self._size)
             return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
+        with open(fd, "ab") as f:
+            f.write(data)
         self.written += len(data)
         self._size += len(data)
 
@@ -135,7 +134,7 @@ class DurableOutput:
                 data = bytearray(f.read()) + data
         if len(data) > self.keep:
             data = data[safe_start(data, len(data) - self.keep) :]
-        _replace(self.path, bytes(data))
+        write_whole(self.path, bytes(data))
         self.written += len(data)
         self._size = len(data)
 
@@ -159,7 +158,7 @@ class DurableOutput:
             return
         self._make_dir()
         data = json.dumps(merged, sort_keys=True).encode()
-        _replace(_state_path(self.path), data)
+        write_whole(_state_path(self.path), data)
         self.written += len(data)
         self._state = merged
 
@@ -196,23 +195,6 @@ def bounded_argv(argv: list[str] | None) -> list[str] | None:
         kept.append(word[:left])
         left -= len(word) + 1
     return kept
-
-
-def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """``path`` holds ``data``, whole or not at all (written beside it, renamed over it)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 # --- reading, for restore -------------------------------------------------------------

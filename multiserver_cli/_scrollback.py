@@ -21,8 +21,6 @@ from multiserver_cli._state import warn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from multiserver import DurableOutput
 
 
@@ -55,15 +53,13 @@ class ScreenKeeper:
         self._due = time.monotonic() + every
 
     @classmethod
-    def for_child(
-        cls, socket: Path, instance_id: str, child_id: int, master: int
-    ) -> ScreenKeeper | None:
-        """The keeper of child ``child_id`` of the daemon at ``socket``
-        (its files are in that daemon's state dir); None if it has none."""
-        from multiserver import KEPT_OUTPUT, DaemonPaths, DurableOutput, output_path
+    def for_child(cls, instance_id: str, child_id: int, master: int) -> ScreenKeeper | None:
+        """The keeper of child ``child_id`` of daemon instance
+        ``instance_id`` (its files are in the state dir); None if it has none."""
+        from multiserver import KEPT_OUTPUT, DurableOutput, output_path, state_dir
 
-        try:
-            path = output_path(DaemonPaths.for_socket(socket).state_dir, instance_id, child_id)
+        try:  # in its daemon's state dir, which is the user's
+            path = output_path(state_dir(), instance_id, child_id)
         except ValueError:  # no instance id a file is named by
             return None
         return cls(DurableOutput(path, KEPT_OUTPUT), master)

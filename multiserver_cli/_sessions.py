@@ -256,22 +256,26 @@ def find_session(name: str, number: int | None, command: str, saved: Saved) -> L
     return live_or_fail(name, lookup(name, number, command, saved))
 
 
+def as_kept(leaf: SessionLeaf) -> SessionLeaf:
+    """A saved leaf as its daemon last kept it on disk (newer than the
+    saved arrangement): where its program was, how it ended, and the
+    output it showed last."""
+    from multiserver import replaced
+    from restore import kept_fields, kept_scrollback
+
+    found = kept_fields(leaf.ref)
+    changes: dict[str, object] = {k: found[k] for k in ("cwd", "exit_code") if k in found}
+    scrollback = kept_scrollback(leaf.ref)
+    if scrollback is not None:
+        changes["scrollback"] = scrollback
+    return replaced(leaf, **changes) if changes else leaf
+
+
 def saved_end(resolution: Resolution | Located) -> SessionLeaf | None:
     """The saved leaf of a session whose program had ended, unseen, and
-    whose daemon is gone (restore reported it ``ended`` and kept it): its
-    saved output is all there is to show."""
-    if isinstance(resolution, SavedOnly):
-        leaf = resolution.session.leaf
-        if leaf is None:
-            return None
-        from restore import kept_fields, kept_scrollback
-
-        # What its daemon kept on disk is newer than the saved leaf.
-        kept = kept_fields(leaf.ref)
-        code = kept.get("exit_code", leaf.exit_code)
-        if isinstance(code, int):
-            from multiserver import replaced
-
-            scrollback = kept_scrollback(leaf.ref) if "size" in kept else leaf.scrollback
-            return replaced(leaf, exit_code=code, scrollback=scrollback)
+    whose daemon is gone (restore reported it ``ended`` and kept it), as
+    its daemon kept it (``as_kept``): its output is all there is to show."""
+    if isinstance(resolution, SavedOnly) and resolution.session.leaf is not None:
+        kept = as_kept(resolution.session.leaf)
+        return kept if kept.exit_code is not None else None
     return None

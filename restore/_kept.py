@@ -17,16 +17,14 @@ from pathlib import Path
 
 import attrs
 
-from multiserver import DaemonPaths, escaped, output_path, read_output, read_state
+from multiserver import escaped, output_path, read_output, read_state, state_dir
 from restore.store._model import RestorationRef, SessionLeaf
 from restore.store._rules import SCROLLBACK_LIMIT
 
 
 def _path(ref: RestorationRef) -> Path | None:
-    try:
-        return output_path(
-            DaemonPaths.for_socket(Path(ref.socket)).state_dir, ref.instance_id, ref.child_id
-        )
+    try:  # in its daemon's state dir, which is the user's (``state_dir``)
+        return output_path(state_dir(), ref.instance_id, ref.child_id)
     except ValueError:  # an instance id that names no file
         return None
 
@@ -40,7 +38,7 @@ def kept_scrollback(ref: RestorationRef | None) -> bytes | None:
 def kept_fields(ref: RestorationRef | None) -> dict[str, object]:
     """What the kept state of the child of ``ref`` says of its leaf's
     fields (``cwd``, ``title``, ``exit_code``), each only if it is what it
-    should be; and ``size``, the bytes of output kept. Empty if none is kept."""
+    should be. Empty if none is kept."""
     path = None if ref is None else _path(ref)
     if path is None:
         return {}
@@ -53,10 +51,6 @@ def kept_fields(ref: RestorationRef | None) -> dict[str, object]:
         found["title"] = " ".join(map(escaped, argv))
     if isinstance(code, int) and not isinstance(code, bool) and -255 <= code <= 255:
         found["exit_code"] = code
-    try:
-        found["size"] = min(os.stat(path).st_size, SCROLLBACK_LIMIT)
-    except OSError:
-        pass
     return found
 
 
@@ -65,7 +59,6 @@ def with_kept_state(leaf: SessionLeaf) -> SessionLeaf:
     foreground process when last written, and its exit code if its program
     ended (``kept_fields``)."""
     found = kept_fields(leaf.ref)
-    found.pop("size", None)
     return attrs.evolve(leaf, **found) if found else leaf  # type: ignore[arg-type]
 
 

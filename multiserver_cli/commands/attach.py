@@ -159,7 +159,7 @@ def attach_held(
     from multiserver_cli.attach._tty import say
 
     _pane.track_pane(child.name)
-    keeper = ScreenKeeper.for_child(client.socket_path, client.instance_id, child.id, master)
+    keeper = ScreenKeeper.for_child(client.instance_id, child.id, master)
     if keeper is not None and notice:
         keeper.shown_notice(notice)
     return _attached.run_attached(

@@ -43,7 +43,7 @@ def run(args: Namespace) -> int:
     from multiserver_cli import _shown, _state
     from multiserver_cli._format import ls_table, print_json
     from multiserver_cli._names import sessions
-    from multiserver_cli._sessions import survey
+    from multiserver_cli._sessions import as_kept, survey
 
     with _state.open_saved() as saved:
         # Where each program is now (its foreground process's cwd), as tmux
@@ -67,9 +67,10 @@ def run(args: Namespace) -> int:
     # taken: ls lists them, so as never to say "no sessions" meanwhile.
     holds = _holds(every)
     kept = [
-        (_as_kept(s.leaf), *_saved_state(s, holds))
+        (leaf, *_saved_state(s, leaf, holds))
         for s in every
         if s.child is None and s.leaf is not None
+        for leaf in [as_kept(s.leaf)]
     ]
     records = _shown.load()
     waiting = [_waiting(s, records) for s in rows]
@@ -199,19 +200,6 @@ def _where_now(s: Session) -> Session:
     return replaced(s, child=replaced(s.child, cwd=s.child.fg_cwd))
 
 
-def _as_kept(leaf: SessionLeaf) -> SessionLeaf:
-    """A saved leaf as its daemon last kept it on disk (newer than the
-    saved arrangement): where its program was, and how it ended."""
-    from multiserver import replaced
-    from restore import kept_fields, kept_scrollback
-
-    found = kept_fields(leaf.ref)
-    changes: dict[str, object] = {k: found[k] for k in ("cwd", "exit_code") if k in found}
-    if "size" in found:  # what attach would show of it (WAITING)
-        changes["scrollback"] = kept_scrollback(leaf.ref)
-    return replaced(leaf, **changes) if changes else leaf
-
-
 def _note(s: Session) -> str | None:
     """What STATE adds about a live session: whose late original it is."""
     return f"late original of {s.late_of}" if s.late_of else None
@@ -228,25 +216,23 @@ def _holds(every: list[Session]) -> dict[tuple[str, int], int]:
     return {key: hold.client_pid for key, hold in live_holds().items()}
 
 
-def _saved_state(s: Session, holds: dict[tuple[str, int], int]) -> tuple[str, str]:
+def _saved_state(
+    s: Session, leaf: SessionLeaf, holds: dict[tuple[str, int], int]
+) -> tuple[str, str]:
     """STATE of a saved session with no live child, short (the table's
     cell) and whole (``--json``'s detail, and the line under the table):
     how its program ended (kept until seen), held by a client whose daemon
     died (as restore says it), or why it is not running and what brings
-    it back."""
+    it back. ``leaf`` is its saved leaf as its daemon kept it (``as_kept``)."""
     from multiserver import describe_exit
-    from multiserver_cli._names import SavedOnly
-    from multiserver_cli._sessions import saved_end
 
-    ref = s.leaf.ref if s.leaf is not None else None
+    ref = leaf.ref
     client = None if ref is None else holds.get((ref.instance_id, ref.child_id))
     if client is not None:
         why = f"held by a client whose daemon died (pid {client}); restore leaves it alone"
         return "held", why
-    ended = saved_end(SavedOnly(s))
-    if ended is not None:
-        assert ended.exit_code is not None
-        code = describe_exit(ended.exit_code)
+    if leaf.exit_code is not None:
+        code = describe_exit(leaf.exit_code)
         return code, f"{code} (saved: its daemon is gone)"
     if s.unanswered:  # its program may well run there still
         why = f"saved, not seen: {s.why_not_running}; its program may run there still"
