@@ -258,11 +258,11 @@ def _watch(
     done_r: int,
     ctl_w: int,
     gone: DaemonGone,
-    saver: ScreenKeeper | None = None,
+    keeper: ScreenKeeper | None = None,
 ) -> None:
     """Until the copy loop returns: answer notices and signals; stop the
     copy loop (``ctl_w``) when the session is taken, exits or we are told to
-    go; save the screen when due (``saver``). After a PTY EOF, wait a while
+    go; write what the session showed when due (``keeper``). After a PTY EOF, wait a while
     for the exit notice."""
     watched = [done_r, sig_r, client.fileno()]
     stopping = False
@@ -285,9 +285,9 @@ def _watch(
                     outcome.exit_code = notice.exit_code
                 os.write(ctl_w, b"x")
                 stopping = True
-        ready, _, _ = select.select(watched, [], [], None if saver is None else saver.wait())
-        if saver is not None and not stopping:
-            saver.tick()
+        ready, _, _ = select.select(watched, [], [], None if keeper is None else keeper.wait())
+        if keeper is not None and not stopping:
+            keeper.tick()
         if sig_r in ready:
             for signum in os.read(sig_r, 64):
                 if signum == signal.SIGWINCH:

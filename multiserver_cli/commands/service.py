@@ -1,6 +1,7 @@
 """``multiserver service install | uninstall | status``: the daemon as a
 service of the user's service manager (systemd on Linux, launchd on macOS),
-``multiserver restore`` at login, and the scrollback saver. What is written
+and ``multiserver restore`` at login (an earlier version's scrollback
+saver is retired: the daemon keeps what sessions show). What is written
 is ``service/_units``'s; the manager, and its tool, ``service/_managers``'s
 (the seam between the two); here the command says what it did.
 
