@@ -37,6 +37,7 @@ from multiserver._light_messages import (
     Upgrade,
     Upgraded,
 )
+from multiserver._proto import SELECT_VERSION, selected
 from multiserver._results import ClaimResult, LaunchResult, PeekResult, claim_results
 
 TYPE_CHECKING = False
@@ -222,25 +223,50 @@ class _Release(Call[tuple[list[int], list[ChildFailed]]]):
         return list(msg.ids), self.failures
 
 
-def listing(*, foreground: bool) -> Call[list[ChildInfo]]:
-    return _Listing(foreground)
+def listing(
+    *,
+    foreground: bool,
+    prefixes: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
+    version: int = SELECT_VERSION,
+) -> Call[list[ChildInfo]]:
+    """The daemon's children, or only those ``prefixes`` and ``ids`` select
+    (``_proto.selected``). A daemon older than ``SELECT_VERSION`` (the
+    connection's ``version``) is asked for all and they are selected here."""
+    return _Listing(foreground, prefixes, ids, version >= SELECT_VERSION)
 
 
 class _Listing(Call[list[ChildInfo]]):
     """One page, or (version 4) pages until the last."""
 
-    def __init__(self, foreground: bool) -> None:
+    def __init__(
+        self,
+        foreground: bool,
+        prefixes: Sequence[str] | None,
+        ids: Sequence[int] | None,
+        daemon_selects: bool,
+    ) -> None:
         self.foreground = foreground
+        self.prefixes = None if prefixes is None else list(prefixes)
+        self.ids = None if ids is None else sorted(set(ids))
+        self.daemon_selects = daemon_selects
         self.children: list[ChildInfo] = []
 
     def message(self, req: int, f: Family) -> Message:
-        return f.cls(ListChildren)(req=req, foreground=self.foreground)
+        if not self.daemon_selects:
+            return f.cls(ListChildren)(req=req, foreground=self.foreground)
+        return f.cls(ListChildren)(
+            req=req, foreground=self.foreground, prefixes=self.prefixes, ids=self.ids
+        )
 
     def feed(self, event: Event) -> list[ChildInfo] | More:
         close_fds(event.fds)
         msg = event.message
         assert is_a(msg, Children), msg
-        self.children += msg.children
+        ids = None if self.ids is None else frozenset(self.ids)
+        # Selected again whoever selected first: a daemon's answer is not
+        # trusted to hold only what was asked.
+        self.children += [c for c in msg.children if selected(c.name, c.id, self.prefixes, ids)]
         return self.children if msg.last else MORE
 
 

@@ -275,12 +275,23 @@ class Client:
         Cancellation: the child may have been collected."""
         return await self._run(calls.collect(child_id))
 
-    async def list(self, *, foreground: bool = False) -> list[ChildInfo]:
+    async def list(
+        self,
+        *,
+        foreground: bool = False,
+        prefixes: Sequence[str] | None = None,
+        ids: Sequence[int] | None = None,
+    ) -> list[ChildInfo]:
         """Every child of the daemon; ``foreground`` adds the foreground
-        process's pid, cwd and argv where the OS tells them.
+        process's pid, cwd and argv where the OS tells them. With
+        ``prefixes`` or ``ids``, only the children whose name begins with one
+        of the prefixes or whose id is one of the ids, whatever the daemon's
+        version (an older one lists all and they are selected here).
 
         Cancellation: nothing happened."""
-        return await self._run(calls.listing(foreground=foreground))
+        return await self._run(
+            calls.listing(foreground=foreground, prefixes=prefixes, ids=ids, version=self.version)
+        )
 
     async def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
         """The output the daemon holds for a child, without claiming it.

@@ -80,7 +80,7 @@ from multiserver._messages import (
     Welcome,
 )
 from multiserver._osstr import escaped, is_utf8
-from multiserver._proto import UPGRADE_VERSION
+from multiserver._proto import UPGRADE_VERSION, selected
 
 # The most children one Claim or Release may name. An answer is a few dozen
 # bytes per id: a bound keeps one request from filling the daemon's memory.
@@ -508,9 +508,11 @@ class RequestCore(Generic[C]):
 
     def _list(self, peer: Peer, msg: ListChildren) -> Answer:
         version = self._version(peer)
+        ids = None if msg.ids is None else frozenset(msg.ids)
         infos = [
             self._info(peer, c, held=c.id in self._holders, foreground=msg.foreground)
             for c in self.host
+            if selected(c.name, c.id, msg.prefixes, ids)
         ]
 
         def build(items: list[ChildInfo], last: bool, first: bool) -> Message:

@@ -181,12 +181,14 @@ else:
 
 
     class ListChildren(Twin):
-        __slots__ = ('req', 'foreground',)
+        __slots__ = ('req', 'foreground', 'prefixes', 'ids',)
         TYPE = 15
 
-        def __init__(self, req, foreground=False):
+        def __init__(self, req, foreground=False, prefixes=None, ids=None):
             self.req = req
             self.foreground = foreground
+            self.prefixes = prefixes
+            self.ids = ids
 
 
     class Peek(Twin):
@@ -436,6 +438,8 @@ FIELDS: dict[str, tuple[tuple[str, str, object, bool], ...]] = {
     'ListChildren': (
         ('req', 'int', 'REQUIRED', False),
         ('foreground', 'bool', False, False),
+        ('prefixes', '?[str]', None, True),
+        ('ids', '?[int]', None, True),
     ),
     'Peek': (
         ('req', 'int', 'REQUIRED', False),

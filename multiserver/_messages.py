@@ -185,6 +185,12 @@ class ListChildren:
     TYPE: ClassVar[int] = 15
     req: int
     foreground: bool = False
+    # Version 7. Only the children whose name begins with one of
+    # ``prefixes`` or whose id is one of ``ids`` (``_proto.selected``): a
+    # command about one session need not pay for listing thousands. None
+    # (both): every child. Omitted from the body at None.
+    prefixes: list[str] | None = None
+    ids: list[int] | None = None
 
 
 @attrs.frozen

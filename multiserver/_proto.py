@@ -14,7 +14,7 @@ from multiserver import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
     from typing import Any
 
 # 3: Hello.children. A version-2 client never sends it, so a version-3
@@ -28,10 +28,14 @@ if TYPE_CHECKING:
 # send one to an older daemon.
 # 6: Upgrade and Upgraded (the daemon takes new code in place). A daemon
 # that picked 5 or less for a connection cannot upgrade; nothing else changed.
-PROTOCOL_VERSION = 6
+# 7: ListChildren.prefixes and .ids (a listing of only the children asked
+# about). Omitted at None, so an older daemon sees the frame it knows; a
+# client never sends them to one (it lists all and selects itself).
+PROTOCOL_VERSION = 7
 MIN_PROTOCOL_VERSION = 2
 OS_BYTES_VERSION = 5
 UPGRADE_VERSION = 6
+SELECT_VERSION = 7
 
 # What the daemon says it runs (Welcome.server): the installed code's version.
 SERVER_NAME = f"multiserver/{__version__}"
@@ -49,7 +53,23 @@ OMIT_IF_DEFAULT: dict[str, tuple[str, ...]] = {
     "ChildInfo": ("argv_omitted",),
     "Welcome": ("more",),
     "Children": ("last",),
+    "ListChildren": ("prefixes", "ids"),
 }
+
+
+def selected(
+    name: str, child_id: int, prefixes: Sequence[str] | None, ids: Collection[int] | None
+) -> bool:
+    """Whether a listing that asks for ``prefixes`` and ``ids``
+    (``ListChildren``) lists the child ``child_id`` called ``name``: every
+    child when both are None, else one whose name begins with one of the
+    prefixes or whose id is one of the ids. The daemon selects so, and a
+    client of an older daemon (which lists all) selects the same."""
+    if prefixes is None and ids is None:
+        return True
+    return (prefixes is not None and name.startswith(tuple(prefixes))) or (
+        ids is not None and child_id in ids
+    )
 
 
 def describe_exit(exit_code: int) -> str:

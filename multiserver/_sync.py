@@ -249,8 +249,20 @@ class SyncClient:
     def collect(self, child_id: int) -> ChildInfo:
         return self._run(calls.collect(child_id))
 
-    def list(self, *, foreground: bool = False) -> list[ChildInfo]:
-        return self._run(calls.listing(foreground=foreground))
+    def list(
+        self,
+        *,
+        foreground: bool = False,
+        prefixes: Sequence[str] | None = None,
+        ids: Sequence[int] | None = None,
+    ) -> list[ChildInfo]:
+        """The daemon's children; with ``prefixes`` or ``ids``, only those
+        they select (``_proto.selected``), whatever the daemon's version."""
+        return self._run(
+            calls.listing(
+                foreground=foreground, prefixes=prefixes, ids=ids, version=self.welcome.version
+            )
+        )
 
     def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
         return self._run(calls.peek(child_id, max_bytes))

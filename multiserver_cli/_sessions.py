@@ -42,6 +42,7 @@ from multiserver_cli._names import (
     Survey,
     advice,
     name_problem,
+    narrowed,
     resolve,
 )
 
@@ -131,21 +132,47 @@ def ask_daemon(
         return f"{sock_path}: {exc}"
 
 
-def _ask(sock_path: Path, foreground: bool) -> DaemonView | str | None:
+def _ask(
+    sock_path: Path, foreground: bool, select: Selection | None = None
+) -> DaemonView | str | None:
     """One daemon's children (``foreground``: with their foreground
-    processes); a line saying why not; None if none runs there."""
+    processes; ``select``: only those it selects); a line saying why not;
+    None if none runs there."""
 
     def view(client: SyncClient) -> DaemonView:
-        children = client.list(foreground=True) if foreground else client.welcome.children
+        if select is not None:
+            ids = select.ids.get(os.path.normpath(sock_path), ())
+            children = client.list(foreground=foreground, prefixes=[select.prefix], ids=ids)
+        elif foreground:
+            children = client.list(foreground=True)
+        else:
+            children = client.welcome.children
         return DaemonView(sock_path, client.instance_id, client.daemon_pid, list(children))
 
-    return ask_daemon(sock_path, view, children=not foreground)
+    return ask_daemon(sock_path, view, children=not foreground and select is None)
 
 
-def scan(number: int | None = None, *, foreground: bool = False, also: Iterable[str] = ()) -> Scan:
+@record
+class Selection:
+    """Which children of each daemon a command about one session asks for:
+    those whose name begins with ``prefix``, and by daemon socket
+    (normalised), the ids its saved sessions refer to."""
+
+    prefix: str
+    ids: dict[str, list[int]]
+
+
+def scan(
+    number: int | None = None,
+    *,
+    foreground: bool = False,
+    also: Iterable[str] = (),
+    select: Selection | None = None,
+) -> Scan:
     """Ask every daemon (or only daemon ``number``) for its children, all at
     once: the whole scan takes about SCAN_TIMEOUT at most. ``also``: more
-    sockets to ask, where a file is (saved sessions' daemons elsewhere)."""
+    sockets to ask, where a file is (saved sessions' daemons elsewhere).
+    ``select``: only the children it selects."""
     if number is not None:
         sockets = [DaemonPaths.for_number(number).socket]
     else:
@@ -159,7 +186,7 @@ def scan(number: int | None = None, *, foreground: bool = False, also: Iterable[
     # there); the sockets in it are not asked, and count as silent.
     unsafe = unsafe_socket_dirs(None if number is None else [sockets[0].parent])
     asked = [s for s in sockets if s.parent not in unsafe]
-    answers = at_once(asked, lambda sock: _ask(sock, foreground))
+    answers = at_once(asked, lambda sock: _ask(sock, foreground, select))
     daemons = [a for a in answers if isinstance(a, DaemonView)]
     problems = [str(exc) for exc in unsafe.values()] + [a for a in answers if isinstance(a, str)]
     silent = [s for s, a in zip(asked, answers, strict=True) if isinstance(a, str)]
@@ -182,6 +209,35 @@ def survey(saved: Saved, number: int | None = None, *, foreground: bool = False)
     refs = (leaf.ref.socket for leaf in here if leaf.ref is not None)
     result = scan(number, foreground=foreground, also=refs)
     return Survey(result.daemons, result.silent, here, result.problems, elsewhere)
+
+
+def survey_about(saved: Saved, name: str) -> Survey:
+    """``survey`` for a command about the one session ``name``, as
+    ``_names.narrowed`` cuts it: every daemon is asked, but only for the
+    children that bear on the name, and the store only for the saved
+    sessions that do. Decides on ``name`` as the whole survey would, at a
+    cost that does not grow with the sessions it does not touch."""
+    from restore import late_family
+
+    prefix = late_family(name)
+    first = saved.about(prefix, name)
+    ids: dict[str, list[int]] = {}
+    for leaf in first:
+        if leaf.host is None and leaf.ref is not None:
+            ids.setdefault(os.path.normpath(leaf.ref.socket), []).append(leaf.ref.child_id)
+    result = scan(also=saved.ref_sockets(), select=Selection(prefix, ids))
+    found = [
+        (os.path.normpath(d.socket), d.instance_id, c.id)
+        for d in result.daemons
+        for c in d.children
+    ]
+    more = saved.referring(found)
+    seen = {leaf.name for leaf in first}
+    leaves = [*first, *(leaf for leaf in more if leaf.name not in seen)]
+    here = [leaf for leaf in leaves if leaf.host is None]
+    elsewhere = [leaf.name for leaf in leaves if leaf.host is not None]
+    whole = Survey(result.daemons, result.silent, here, result.problems, elsewhere)
+    return narrowed(whole, name)
 
 
 @record
@@ -236,7 +292,7 @@ def lookup(name: str, number: int | None, command: str, saved: Saved) -> Resolut
     found = _where_saved(name, number, saved)
     if found is not None:
         return found
-    return resolve(survey(saved), name, command=command, scope=scope_of(number))
+    return resolve(survey_about(saved, name), name, command=command, scope=scope_of(number))
 
 
 def live_or_fail(name: str, found: Resolution | Located) -> Located:

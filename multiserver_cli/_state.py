@@ -19,6 +19,7 @@ Blocking calls only (the command line's fast path imports no trio).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -36,7 +37,7 @@ from multiserver import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from multiserver import ChildInfo, SyncClient
     from restore import ArrangementStore, RestorationRef, SessionLeaf
@@ -102,6 +103,38 @@ class Saved:
 
     def find(self, name: str) -> SessionLeaf | None:
         return next((leaf for leaf in self.leaves() if leaf.name == name), None)
+
+    def about(self, prefix: str, name: str) -> list[SessionLeaf]:
+        """The saved sessions whose names begin with ``prefix``, and the
+        other hosts' sessions called ``name`` there (``HOST:NAME``)."""
+        return [
+            leaf
+            for leaf in self.leaves()
+            if leaf.name.startswith(prefix)
+            or (leaf.host is not None and leaf.name.partition(":")[2] == name)
+        ]
+
+    def referring(self, keys: Iterable[tuple[str, str, int]]) -> list[SessionLeaf]:
+        """The saved sessions whose ref names one of these children (daemon
+        socket, normalised; instance; child id)."""
+        wanted = set(keys)
+        return [
+            leaf
+            for leaf in self.leaves()
+            if leaf.ref is not None
+            and (os.path.normpath(leaf.ref.socket), leaf.ref.instance_id, leaf.ref.child_id)
+            in wanted
+        ]
+
+    def ref_sockets(self) -> list[str]:
+        """The daemon sockets the saved sessions of this host refer to."""
+        return list(
+            dict.fromkeys(
+                leaf.ref.socket
+                for leaf in self.leaves()
+                if leaf.host is None and leaf.ref is not None
+            )
+        )
 
     def add(self, leaf: SessionLeaf, window: str) -> bool:
         """Add ``leaf`` (a light twin) lightly (``restore.add_saved``), if

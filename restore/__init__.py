@@ -54,7 +54,7 @@ EXPORTS = {
     "restore.store._store": ("ArrangementStore",),
     # the engine
     "restore._build": ("RestoredSession",),
-    "restore._owner": ("LATE_SUFFIX", "late_name", "norm_socket", "relaunch_of"),
+    "restore._owner": ("LATE_SUFFIX", "late_family", "late_name", "norm_socket", "relaunch_of"),
     "restore._partial": ("DaemonAttachment", "PhaseResult"),
     "restore._plan": (
         "ATTACH_SHARE",

@@ -12,6 +12,7 @@ from restore._kept import (
 )
 from restore._owner import (
     LATE_SUFFIX as LATE_SUFFIX,
+    late_family as late_family,
     late_name as late_name,
     norm_socket as norm_socket,
     relaunch_of as relaunch_of,

@@ -58,6 +58,17 @@ def relaunch_of(child: ChildInfo, socket: str, instance_id: str, leaf: SessionLe
     return leaf.ref is not None and norm_socket(leaf.ref.socket) == sock
 
 
+def late_family(name: str) -> str:
+    """What every name that can bear on the session ``name`` begins with:
+    the name itself, its late originals' names, and the names those count
+    past; for a late name, its session's. Cut as ``late_name`` cuts (up to
+    7 digits of N), so a long name's late names begin with it too."""
+    root, sep, number = name.rpartition(LATE_SUFFIX)
+    if sep and root and (number == "" or number.isdigit()):
+        name = root
+    return name[: _NAME_MAX - len(LATE_SUFFIX) - 7]
+
+
 def late_name(name: str, taken: Iterable[str]) -> str:
     """The name of the late original of the session ``name``: ``NAME-late``,
     else ``NAME-late2``, ``NAME-late3``... the first not ``taken`` (a valid

@@ -101,7 +101,7 @@ def run(args: Namespace) -> int:
         args.attach_existing = args.detach = True
     from multiserver_cli import _state
     from multiserver_cli._names import Found, Refused, plan_new
-    from multiserver_cli._sessions import check_name, located, scope_of, survey
+    from multiserver_cli._sessions import check_name, located, scope_of, survey, survey_about
 
     name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
     if args.attach_existing and name is None:
@@ -111,7 +111,7 @@ def run(args: Namespace) -> int:
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
     with _state.open_saved() as saved:
         # Every daemon, whatever --daemon says: a name is one session's across them all.
-        view = survey(saved)
+        view = survey(saved) if name is None else survey_about(saved, name)
         scope = scope_of(_args.only_daemon(args))
         plan = plan_new(view, name, attach_existing=args.attach_existing, scope=scope)
         if isinstance(plan, Refused):

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
-from multiserver import ChildInfo
+from multiserver import ChildInfo, replaced
 from multiserver_cli._names import (
     Ambiguous,
     Create,
@@ -21,6 +22,7 @@ from multiserver_cli._names import (
     Unanswered,
     default_name,
     name_problem,
+    narrowed,
     new_name_conflict,
     pick_default,
     plan_new,
@@ -28,7 +30,7 @@ from multiserver_cli._names import (
     sessions,
     taken,
 )
-from restore import RestorationRef, SessionLeaf
+from restore import RestorationRef, SessionLeaf, late_family, late_name
 from tests.restore.test_plan import child as plan_child
 
 RUN = Path("/run/ms")
@@ -218,3 +220,116 @@ def test_plan_new() -> None:
         "a session named '2' exists already (on daemon 2, running);"
         " choose another name, or attach to it"
     )
+
+
+# --- a command about one session sees only what bears on it ----------------------
+
+# Few letters, so that names collide, share prefixes and have late originals.
+_NAMES = st.sampled_from(["a", "ab", "b", "a-late", "a-late2", "ab-late", "b-late3", "x" * 128])
+_HOSTS = st.sampled_from(["h:a", "h:ab", "k:b"])
+
+
+@st.composite
+def _surveys(draw: st.DrawFn) -> Survey:
+    instances = ["i1", "i2"]
+    daemons = []
+    for n in draw(st.lists(st.sampled_from([1, 2, 3]), unique=True, max_size=3)):
+        kids = draw(st.lists(st.tuples(st.integers(1, 6), _NAMES), max_size=6))
+        unique = list({i: nm for i, nm in kids}.items())
+        daemons.append(
+            DaemonView(
+                sock(n),
+                draw(st.sampled_from(instances)),
+                10 + n,
+                [
+                    child(i, nm, draw(st.sampled_from([None, None, 0, -9])))
+                    for i, nm in unique
+                    if nm != "x" * 128 or i == 1
+                ],
+            )
+        )
+    # Most refs name a child that runs (so that children are shown under
+    # saved names, and late originals meet their sessions); some do not.
+    running = [
+        RestorationRef(str(d.socket), d.instance_id, c.id, 1) for d in daemons for c in d.children
+    ]
+    elsewhere_ref = st.builds(
+        RestorationRef,
+        st.sampled_from([str(sock(1)), str(sock(2)), str(sock(4))]),
+        st.sampled_from(instances),
+        st.integers(1, 6),
+        st.just(1),
+    )
+    refs = st.none() | elsewhere_ref
+    if running:
+        refs = refs | st.sampled_from(running) | st.sampled_from(running)
+    leaves = [
+        SessionLeaf(nm, ["sh"], "/", ref=draw(refs))
+        for nm in draw(st.lists(_NAMES, unique=True, max_size=6))
+    ]
+    silent = frozenset(draw(st.lists(st.sampled_from([str(sock(4)), str(sock(5))]), max_size=2)))
+    elsewhere = draw(st.lists(_HOSTS, unique=True, max_size=3))
+    return Survey(daemons, silent=silent, saved=leaves, elsewhere=elsewhere)
+
+
+# "a" on daemon 1 is the late original of the saved "a" (on daemon 2), so
+# it is shown as "a-late", or "a-late2" past a saved "a-late".
+_LATE = Survey(
+    [
+        DaemonView(sock(1), "i1", 11, [child(1, "a"), child(2, "b")]),
+        DaemonView(sock(2), "i2", 12, [child(1, "a")]),
+    ],
+    saved=[SessionLeaf("a", ["sh"], "/", ref=RestorationRef(str(sock(2)), "i2", 1, 1))],
+)
+_LATER = replaced(_LATE, saved=[*_LATE.saved, SessionLeaf("a-late", ["sh"], "/")])
+
+
+@settings(max_examples=400, deadline=None)
+@example(_LATE, "a-late")
+@example(_LATER, "a-late2")
+@example(_LATER, "a-late")
+@given(_surveys(), _NAMES | st.sampled_from(["c", "a-late9", "x" * 123 + "-late"]))
+def test_a_survey_narrowed_to_a_name_decides_on_it_as_the_whole_one(
+    survey: Survey, name: str
+) -> None:
+    small = narrowed(survey, name)
+    for scope in (None, sock(1)):
+        for command in ("attach", "kill"):
+            assert resolve(small, name, command=command, scope=scope) == resolve(
+                survey, name, command=command, scope=scope
+            )
+        assert plan_new(small, name, attach_existing=True, scope=scope) == plan_new(
+            survey, name, attach_existing=True, scope=scope
+        )
+    assert new_name_conflict(small, name) == new_name_conflict(survey, name)
+    assert plan_new(small, name) == plan_new(survey, name)
+    # It is smaller: nothing that does not bear on the name is kept.
+    assert all(
+        c.name.startswith(late_family(name)) or c in _referred(survey)
+        for d in small.daemons
+        for c in d.children
+    )
+
+
+def _referred(survey: Survey) -> list[ChildInfo]:
+    keys = {
+        (leaf.ref.socket, leaf.ref.instance_id, leaf.ref.child_id)
+        for leaf in survey.saved
+        if leaf.ref is not None
+    }
+    return [
+        c
+        for d in survey.daemons
+        for c in d.children
+        if (str(d.socket), d.instance_id, c.id) in keys
+    ]
+
+
+def test_every_late_name_of_a_name_begins_with_its_family() -> None:
+    for name in ("a", "x" * 128, "y" * 117 + "-late", "build-late"):
+        taken: list[str] = [name]
+        for _ in range(12):
+            late = late_name(name, taken)
+            taken.append(late)
+            assert late.startswith(late_family(name))
+            assert late_family(late).startswith(late_family(name)) or name.endswith("-late")

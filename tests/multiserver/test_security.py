@@ -30,9 +30,11 @@ from multiserver import (
     connect,
     open_client,
 )
-from multiserver._codec import HEADER, MAGIC, MAX_FRAME, Codec, Event, close_fds
+from multiserver._calls import listing
+from multiserver._codec import FULL, HEADER, MAGIC, MAX_FRAME, Codec, Event, close_fds
 from multiserver._messages import (
     MIN_PROTOCOL_VERSION,
+    Children,
     Error,
     Hello,
     ListChildren,
@@ -452,7 +454,7 @@ async def test_no_common_version_is_refused_clearly(daemon: RunningDaemon) -> No
 async def test_version_2_clients_are_served_and_version_3_may_skip_the_listing(
     daemon: RunningDaemon,
 ) -> None:
-    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 6)
+    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 7)
     async with open_client(daemon.paths) as client:
         launched = await client.launch(["sleep", "100"], hold=False)
         kid = launched.child.id
@@ -472,3 +474,47 @@ async def test_version_2_clients_are_served_and_version_3_may_skip_the_listing(
             assert isinstance(welcome, Welcome)
             assert welcome.version == 2 and [c.id for c in welcome.children] == [kid]
         await client.signal(kid, signal.SIGKILL)
+
+
+async def test_a_listing_holds_only_the_children_asked_about_at_any_version(
+    daemon: RunningDaemon,
+) -> None:
+    """Version 7 selects by name prefix and id in the daemon; a connection
+    of version 6 (an older daemon) is sent the plain request, which the
+    daemon answers with every child, and the client selects the same."""
+    async with open_client(daemon.paths) as client:
+        made = {}
+        for name in ("a", "ab", "b", "ca"):
+            made[name] = (await client.launch(["sleep", "100"], name=name, hold=False)).child.id
+
+        async def names(**select: object) -> list[str]:
+            return sorted(c.name for c in await client.list(**select))  # type: ignore[arg-type]
+
+        assert await names() == ["a", "ab", "b", "ca"]
+        assert await names(prefixes=["a"]) == ["a", "ab"]
+        assert await names(ids=[made["b"]]) == ["b"]
+        assert await names(prefixes=["ab", "c"], ids=[made["a"]]) == ["a", "ab", "ca"]
+        assert await names(prefixes=[]) == []
+        assert await names(ids=[9999]) == []
+        # What the daemon itself answers to a version-7 request that selects.
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with sock, trio.fail_after(10):
+            await sock.connect(str(daemon.paths.socket))
+            peer = RawPeer(sock)
+            welcome = await peer.hello()
+            assert isinstance(welcome, Welcome) and welcome.version == PROTOCOL_VERSION
+            await sock.send(peer.codec.send(ListChildren(req=1, prefixes=["b"], ids=[made["ca"]])))
+            answer = await peer.next_message()
+            assert isinstance(answer, Children)
+            assert sorted(c.name for c in answer.children) == ["b", "ca"]
+        # A version-6 connection: the request goes without the new fields
+        # (a version-6 daemon refuses a field it does not know), the answer
+        # holds every child, and the call selects.
+        call = listing(foreground=False, prefixes=["a"], ids=[made["ca"]], version=6)
+        sent = call.message(1, FULL)
+        assert isinstance(sent, ListChildren) and (sent.prefixes, sent.ids) == (None, None)
+        every = await client.list()
+        got = call.feed(Event(Children(req=1, children=every, last=True), []))
+        assert isinstance(got, list) and sorted(c.name for c in got) == ["a", "ab", "ca"]
+        for kid in made.values():
+            await client.signal(kid, signal.SIGKILL)
