@@ -60,7 +60,8 @@ from benchmarks.peers import peer
 from benchmarks.report import fmt_value
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from benchmarks.terminal import Outer, multiserver_bin
-from multiserver import DaemonPaths, open_client
+from multiserver import ChildInfo, DaemonPaths, open_client
+from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf
 
 NAME = "commands"
 SUMMARY = "Command start-up"
@@ -253,10 +254,39 @@ def _measure(settings: Settings, probes: dict[str, Probe], runs: int) -> Samples
 
 
 async def _add_sessions(count: int) -> None:
-    """``count`` more detached sessions on the scratch daemon, all in flight."""
-    async with open_client(DaemonPaths.for_number(1)) as client, trio.open_nursery() as nursery:
-        for _ in range(count):
-            nursery.start_soon(lambda: client.launch(list(SESSION_ARGV), hold=False))
+    """``count`` more detached sessions on the scratch daemon, all in
+    flight, saved as ``new -d`` saves them (a tab each in the saved
+    arrangement): a command must not grow with the daemon's sessions nor
+    with the store's."""
+    paths = DaemonPaths.for_number(1)
+    made: list[ChildInfo] = []
+    async with open_client(paths) as client, trio.open_nursery() as nursery:
+        instance = client.instance_id
+
+        async def one(i: int) -> None:
+            launched = await client.launch(list(SESSION_ARGV), name=f"m{i}", hold=False)
+            made.append(launched.child)
+
+        for i in range(count):
+            nursery.start_soon(one, i)
+    leaves = [
+        SessionLeaf(
+            name=c.name,
+            argv=list(c.argv),
+            cwd=c.cwd,
+            ref=RestorationRef(str(paths.socket), instance, c.id, c.pid),
+            created_at=c.started_at,
+        )
+        for c in made
+    ]
+    with ArrangementStore.open() as store:
+        store.modify(lambda arr: arr if not leaves else _with_tabs(arr, leaves))
+
+
+def _with_tabs(arr: Arrangement, leaves: list[SessionLeaf]) -> Arrangement:
+    for leaf in leaves:
+        arr = arr.with_session(leaf)
+    return arr
 
 
 async def _with_daemon(
@@ -287,14 +317,30 @@ def _loop(sc: Scratch) -> float:
     return timed_command(["sh", "-c", script], env, timeout=MEASURE_TIMEOUT * 3)
 
 
-def _peer(settings: Settings, name: str, runs: int) -> Samples:
+def _peer(settings: Settings, name: str, runs: int) -> tuple[Samples, Samples | None]:
+    """A peer's commands with one session; tmux's again with 1,000 (the
+    growth multiserver is held to, beside the peer's own)."""
     p = peer(name)
     with scratch(name) as sc:
         env = p.env(sc)
         if run_command(p.new_argv(sc.root, "s1", SESSION_ARGV), env) != 0:
             raise RuntimeError(f"{name}: could not start a session")
         probes = _tmux_probes(sc) if name == "tmux" else _dtach_probes(sc)
-        return _measure(settings, probes, runs)
+        one = _measure(settings, probes, runs)
+        if name != "tmux":
+            return one, None
+        # The other 999, 100 to a tmux command (new-session -d ... \; ...):
+        # one command's whole list must fit tmux's message to its server.
+        rest = [p.new_argv(sc.root, f"m{i}", SESSION_ARGV) for i in range(settings.many - 1)]
+        for at in range(0, len(rest), 100):
+            chain = list(rest[at])
+            for argv in rest[at + 1 : at + 100]:
+                chain += [";", *argv[5:]]
+            if run_command(chain, env) != 0:
+                raise RuntimeError("tmux: could not start the other sessions")
+        scaling = {c.name for c in COMMANDS if c.scales}
+        probes = {k: v for k, v in _tmux_probes(sc).items() if k in scaling}
+        return one, _measure(settings, probes, runs)
 
 
 def run(settings: Settings) -> list[Row]:
@@ -302,12 +348,15 @@ def run(settings: Settings) -> list[Row]:
     with scratch("commands") as sc:
         one, many, loop_seconds = trio.run(_with_daemon, settings, runs, sc)
     peers: dict[str, Samples] = {}
+    peers_many: dict[str, Samples] = {}
     for name in PEER_SHAPES:
         if peer(name).installed():
-            peers[name] = _peer(settings, name, runs)
+            peers[name], at_many = _peer(settings, name, runs)
+            if at_many is not None:
+                peers_many[f"{name}, 1,000 sessions"] = at_many
     rows: list[Row] = []
     for command in COMMANDS:
-        rows.extend(_command_rows(command, one, many, peers))
+        rows.extend(_command_rows(command, one, many, peers, peers_many))
     per_new = loop_seconds / LOOP * 1000
     pass_ms = median(one[1])
     rows.append(
@@ -327,7 +376,11 @@ def run(settings: Settings) -> list[Row]:
 
 
 def _command_rows(
-    command: Command, one: Samples, many: Samples, peers: dict[str, Samples]
+    command: Command,
+    one: Samples,
+    many: Samples,
+    peers: dict[str, Samples],
+    peers_many: dict[str, Samples],
 ) -> list[Row]:
     what = command.name
     samples, base = one[0][what], one[1]
@@ -366,10 +419,11 @@ def _command_rows(
                 baseline_samples=tuple(at_base),
             )
         )
-    for name, (theirs, their_base) in peers.items():
+    for name, (theirs, their_base) in [*peers.items(), *peers_many.items()]:
         if what not in theirs:
             continue
         s = theirs[what]
+        shape = PEER_SHAPES[name.split(",")[0]][what]
         rows.append(
             Row(
                 figure=figure,
@@ -380,7 +434,7 @@ def _command_rows(
                 baseline=BASELINE,
                 baseline_value=median(their_base),
                 detail=(
-                    f"range {spread(s, 1, '{:.1f}')} ms; `{PEER_SHAPES[name][what]}`; against "
+                    f"range {spread(s, 1, '{:.1f}')} ms; `{shape}`; against "
                     "its own run's python -c pass"
                 ),
                 samples=tuple(s),
@@ -398,7 +452,7 @@ def summary(rows: Sequence[Row]) -> str:
             by_figure.setdefault(r.figure, {})[r.subject] = r
     if not by_figure:
         return ""
-    peer_names = list(PEER_SHAPES)
+    peer_names = [*PEER_SHAPES, "tmux, 1,000 sessions"]
     head = (
         "| command | multiserver | x python -c pass (<= 3x) | with 1,000 sessions (<= 1.3x) | "
         + " | ".join(peer_names)
