@@ -33,6 +33,7 @@ from tests.cli.conftest import (
     SCREEN_TIMEOUT,
     Terminal,
     ms,
+    ours,
     person_env,
     sessions,
     wait_session,
@@ -45,7 +46,6 @@ from tests.conftest import (
     kill_group_and_pid,
     wait_until,
 )
-from tests.procs import cmdlines
 
 DETACH = "\x1c"  # Ctrl-\
 
@@ -189,25 +189,6 @@ async def test_without_the_service_a_reboot_keeps_what_nobody_saw_and_nothing_el
     # Kept on disk too, with the notice: a second reboot keeps it again.
     await wait_saved("build", RELAUNCH_MARKER.encode())
     assert kept("build").count(line.encode()) == 1
-
-
-def ours(ms_dirs: MsDirs) -> list[int]:
-    """Every process of multiserver's running for these dirs: a command
-    line that names this test's dirs (the daemon's socket), or an
-    environment that does (a command started here)."""
-    root = str(ms_dirs.root).encode()
-    found = []
-    for pid, cmdline in cmdlines():
-        if b"multiserver" not in cmdline or pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        if root in cmdline or root in environ:
-            found.append(pid)
-    return sorted(found)
 
 
 async def test_nothing_of_ours_runs_a_second_after_the_last_session_and_its_daemon_end(
