@@ -191,21 +191,6 @@ async def test_without_the_service_a_reboot_keeps_what_nobody_saw_and_nothing_el
     assert kept("build").count(line.encode()) == 1
 
 
-async def test_nothing_of_ours_runs_a_second_after_the_last_session_and_its_daemon_end(
-    ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """abduco's "detached awk": a session that ends by itself, nobody
-    attached; once its daemon's idle exit has come, nothing of ours is left
-    (a saver that polled every 5 s used to stay)."""
-    monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "0.5")
-    await ms(ms_dirs, "new", "-d", "-n", "awk", "--", "sh", "-c", "echo done; exit 0")
-    await wait_session(ms_dirs, "awk", lambda c: c is not None and c.state == "exited", "ended")
-    await ms(ms_dirs, "kill", "awk")  # seen: forgotten, as abduco's suite does
-    [daemon] = daemon_pids_for(ms_dirs.paths.socket)
-    await wait_until(lambda: is_dead(daemon), 10, "the daemon's idle exit")
-    await wait_until(lambda: ours(ms_dirs) == [], 1, "nothing of ours left")
-
-
 async def test_attached_output_is_kept_while_it_flows_and_at_detach(
     ms_dirs: MsDirs, open_terminal
 ) -> None:
