@@ -38,7 +38,7 @@ run: $(STAMP)
 # Programs some tests drive for real (a terminal emulator, a display for
 # it, its clipboard): installed when missing, where this runs as root with
 # apt (CI, a container); elsewhere the tests that need them skip, saying why.
-TEST_PACKAGES := tmux dtach zsh fish kitty xterm xvfb xdotool xclip xauth libfontconfig1 fonts-dejavu-core openssh-server openssh-client
+TEST_PACKAGES := tmux dtach dvtm zsh fish kitty xterm xvfb xdotool xclip xauth libfontconfig1 fonts-dejavu-core openssh-server openssh-client
 
 test-deps:
 	@command -v dpkg-query >/dev/null || exit 0; \

@@ -44,6 +44,7 @@ from tests.conftest import (
     is_alive,
     wait_until_sync,
 )
+from tests.procs import cmdlines
 
 MULTISERVER = str(Path(sys.executable).with_name("multiserver"))
 OUTER_PROMPT = "outer$ "
@@ -289,12 +290,26 @@ class Terminal:
 
 def on_a_terminal(argv: list[str], env: dict[str, str], cols: int = 0) -> bytes:
     """Run ``argv`` with stdin, stdout and stderr a fresh PTY (``cols``
-    wide, if given) until it exits; every byte it wrote there."""
+    wide, if given) until it exits, which it must with 0; every byte it
+    wrote there."""
+    code, seen = run_on_a_terminal(argv, env, cols)
+    assert code == 0, seen
+    return seen
+
+
+def run_on_a_terminal(
+    argv: list[str], env: dict[str, str], cols: int = 0, cwd: Path | None = None
+) -> tuple[int, bytes]:
+    """Run ``argv`` (in ``cwd``) with stdin, stdout and stderr a fresh PTY
+    (``cols`` wide, if given) until it exits: its exit status (negative:
+    killed by that signal) and every byte it wrote there."""
     leader, follower = pty.openpty()
     if cols:
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
     try:
-        proc = subprocess.Popen(argv, env=env, stdin=follower, stdout=follower, stderr=follower)
+        proc = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdin=follower, stdout=follower, stderr=follower
+        )
         os.close(follower)
         follower = -1
         seen = b""
@@ -306,12 +321,11 @@ def on_a_terminal(argv: list[str], env: dict[str, str], cols: int = 0) -> bytes:
             if not chunk:
                 break
             seen += chunk
-        assert proc.wait(timeout=30) == 0, seen
+        return proc.wait(timeout=30), seen
     finally:
         os.close(leader)
         if follower != -1:
             os.close(follower)
-    return seen
 
 
 def person_env(ms_dirs: MsDirs) -> dict[str, str]:
@@ -390,6 +404,32 @@ async def open_terminal(
     finally:
         for term in opened:
             term.kill_all()
+
+
+def running_for(ms_dirs: MsDirs) -> dict[int, bytes]:
+    """Every process but this one whose command line or environment names
+    this test's dirs, with its command line: a daemon (its socket names
+    them), a client, and whatever a session runs (it has the environment
+    of the command that started it)."""
+    root = str(ms_dirs.root).encode()
+    found = {}
+    for pid, cmdline in cmdlines():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if root in cmdline or root in environ:
+            found[pid] = cmdline
+    return found
+
+
+def ours(ms_dirs: MsDirs) -> list[int]:
+    """Every process of multiserver's running for these dirs (of
+    ``running_for``, those that run multiserver)."""
+    return sorted(pid for pid, cmdline in running_for(ms_dirs).items() if b"multiserver" in cmdline)
 
 
 # --- scripts' view, for checks next to what the person sees ---------------------------

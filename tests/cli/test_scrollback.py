@@ -33,6 +33,7 @@ from tests.cli.conftest import (
     SCREEN_TIMEOUT,
     Terminal,
     ms,
+    ours,
     person_env,
     sessions,
     wait_session,
@@ -45,7 +46,6 @@ from tests.conftest import (
     kill_group_and_pid,
     wait_until,
 )
-from tests.procs import cmdlines
 
 DETACH = "\x1c"  # Ctrl-\
 
@@ -189,40 +189,6 @@ async def test_without_the_service_a_reboot_keeps_what_nobody_saw_and_nothing_el
     # Kept on disk too, with the notice: a second reboot keeps it again.
     await wait_saved("build", RELAUNCH_MARKER.encode())
     assert kept("build").count(line.encode()) == 1
-
-
-def ours(ms_dirs: MsDirs) -> list[int]:
-    """Every process of multiserver's running for these dirs: a command
-    line that names this test's dirs (the daemon's socket), or an
-    environment that does (a command started here)."""
-    root = str(ms_dirs.root).encode()
-    found = []
-    for pid, cmdline in cmdlines():
-        if b"multiserver" not in cmdline or pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        if root in cmdline or root in environ:
-            found.append(pid)
-    return sorted(found)
-
-
-async def test_nothing_of_ours_runs_a_second_after_the_last_session_and_its_daemon_end(
-    ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """abduco's "detached awk": a session that ends by itself, nobody
-    attached; once its daemon's idle exit has come, nothing of ours is left
-    (a saver that polled every 5 s used to stay)."""
-    monkeypatch.setenv("MULTISERVER_IDLE_EXIT", "0.5")
-    await ms(ms_dirs, "new", "-d", "-n", "awk", "--", "sh", "-c", "echo done; exit 0")
-    await wait_session(ms_dirs, "awk", lambda c: c is not None and c.state == "exited", "ended")
-    await ms(ms_dirs, "kill", "awk")  # seen: forgotten, as abduco's suite does
-    [daemon] = daemon_pids_for(ms_dirs.paths.socket)
-    await wait_until(lambda: is_dead(daemon), 10, "the daemon's idle exit")
-    await wait_until(lambda: ours(ms_dirs) == [], 1, "nothing of ours left")
 
 
 async def test_attached_output_is_kept_while_it_flows_and_at_detach(
