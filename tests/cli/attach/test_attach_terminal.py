@@ -467,3 +467,23 @@ async def test_a_stalled_terminal_holds_up_neither_the_program_nor_the_keys(
     assert bytes(t.raw).startswith(program_output + b"\x1b\\\x1b7")  # then the reset
     kept = (await ms(ms_dirs, "peek", "s")).stdout
     assert kept == program_output, first_difference(kept, program_output)
+
+
+async def test_keys_typed_before_the_session_reads_them_reach_it_as_in_tmux(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """Issue 36 item 10, the doubled prompt after ``make run``: an Enter
+    pressed while the command starts, before the session's shell has drawn
+    its prompt, reaches that shell once it reads (a second, empty prompt).
+    That is typing ahead, kept as tmux and ssh keep it: attach takes the
+    terminal raw without flushing what it holds, and passes it on once."""
+    t = open_terminal()
+    await t.wait_prompt()
+    # The command and the keys after it in one write: the outer shell
+    # reads its line, the rest waits in the terminal for whoever reads next.
+    t.type("multiserver new -n ahead -- sh -c 'read x; echo \"[got $x]\"; read y'\rtyped-ahead\r")
+    await t.wait_screen("[got typed-ahead]")
+    screen = t.screen_text()
+    assert screen.count("[got typed-ahead]") == 1, screen
+    t.line("")
+    await t.wait_screen("[ahead exited with code 0]")
