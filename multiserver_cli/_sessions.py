@@ -42,9 +42,9 @@ from multiserver_cli._names import (
     Survey,
     advice,
     name_problem,
-    narrowed,
     resolve,
 )
+from multiserver_cli._narrow import narrowed
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

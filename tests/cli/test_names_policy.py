@@ -22,7 +22,6 @@ from multiserver_cli._names import (
     Unanswered,
     default_name,
     name_problem,
-    narrowed,
     new_name_conflict,
     pick_default,
     plan_new,
@@ -30,6 +29,7 @@ from multiserver_cli._names import (
     sessions,
     taken,
 )
+from multiserver_cli._narrow import narrowed
 from restore import RestorationRef, SessionLeaf, late_family, late_name
 from tests.restore.test_plan import child as plan_child
 
