@@ -1,0 +1,300 @@
+"""The saved arrangement as rows (``windows``, ``tabs``, ``sessions``;
+``_schema`` has the format): read and written whole, and changed one
+session at a time, touching only that session's rows and its tab's (and
+window's, when it is made or left empty). Called inside the store's
+transactions (``_store``); raise ``StoreCorrupt`` for rows that are not
+what we wrote and let sqlite3 errors through.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from restore.store._errors import StoreCorrupt
+from restore.store._model import (
+    Arrangement,
+    Node,
+    SessionLeaf,
+    Split,
+    Tab,
+    Window,
+    _walk,
+    _without,
+    ref_key,
+)
+from restore.store._rules import child_key, ref_columns, to_column
+from restore.store._schema import _drop_bytes, _dump, _put_bytes, _structure
+from restore.store._tree import parse_root, root_text, session_node, shape
+
+Key = tuple[str, str, int]  # a child, as ref_key gives it
+
+# Each session's row as last read, and what it structured to, by name. The
+# model's values are immutable (frozen classes, never changed in place), so
+# one can be handed out again while its row's text is the same: a restore
+# loads the arrangement, then its sweep loads it again, and only the
+# sessions that changed between are structured twice. A whole read keeps
+# only the names it found, so this holds no more than the file does.
+_seen: dict[str, tuple[str, SessionLeaf]] = {}
+
+
+def _leaf(name: object, text: object) -> SessionLeaf:
+    """The session row ``name``'s leaf (without its bytes fields)."""
+    if not isinstance(name, str):
+        raise StoreCorrupt(f"a session row is named {name!r}, not by text")
+    hit = _seen.get(name)
+    if hit is not None and type(text) is str and hit[0] == text:
+        return hit[1]
+    leaf = _structure(text, SessionLeaf, f"session {name!r}")
+    if leaf.name != name:
+        raise StoreCorrupt(f"the row of session {name!r} holds a session named {leaf.name!r}")
+    if type(text) is str:
+        _seen[name] = (text, leaf)
+    return leaf
+
+
+def _root(node: Node) -> dict[str, Any]:
+    """A tab's root as the file keeps it: its leaves by name."""
+    if isinstance(node, SessionLeaf):
+        return session_node(node.name)
+    return {
+        "kind": "split",
+        "vertical": node.vertical,
+        "children": [_root(c) for c in node.children],
+        "sizes": node.sizes,
+    }
+
+
+def _layout(arr: Arrangement) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """Windows, tabs and trees, without the sessions' own fields."""
+    return [(w.name, [(t.title, _root(t.root)) for t in w.tabs]) for w in arr.windows]
+
+
+def _ref_columns(leaf: SessionLeaf) -> tuple[str | bytes | None, str | bytes | None, int | None]:
+    ref = leaf.ref
+    return (
+        (None, None, None)
+        if ref is None
+        else ref_columns(ref.socket, ref.instance_id, ref.child_id)
+    )
+
+
+# --- whole -----------------------------------------------------------------------------------
+
+
+def read_rows(conn: sqlite3.Connection) -> tuple[Arrangement, dict[str, int]]:
+    """The arrangement (without bytes fields), and each session's tab id."""
+    windows = conn.execute("SELECT id, name FROM windows ORDER BY id").fetchall()
+    tabs = conn.execute("SELECT id, window, title, root FROM tabs ORDER BY window, id").fetchall()
+    texts: dict[str, object] = {}
+    tab_of: dict[str, int] = {}
+    for name, tab, text in conn.execute("SELECT name, tab, leaf FROM sessions"):
+        if not isinstance(name, str) or type(tab) is not int:
+            raise StoreCorrupt(f"session {name!r} has a garbled row")
+        texts[name], tab_of[name] = text, tab
+    try:
+        order = shape(windows, tabs, tab_of, lambda name: _leaf(name, texts[name]), Split)
+        arr = Arrangement([Window(w, [Tab(root, title) for title, root in ts]) for w, ts in order])
+    except ValueError as exc:
+        raise StoreCorrupt(f"the arrangement does not hold together: {exc}") from None
+    for gone in _seen.keys() - tab_of.keys():
+        _seen.pop(gone, None)
+    return arr, tab_of
+
+
+def write_rows(conn: sqlite3.Connection, arr: Arrangement) -> dict[str, int]:
+    """Rows for ``arr``'s windows, tabs and sessions, in tables that hold
+    none of them; returns each session's tab id. Bytes fields are the
+    caller's (``leaf_bytes``)."""
+    tab_of = _write_layout(conn, arr)
+    conn.executemany(
+        "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        ((leaf.name, tab_of[leaf.name], _dump(leaf), *_ref_columns(leaf)) for leaf in arr.leaves()),
+    )
+    return tab_of
+
+
+def _write_layout(conn: sqlite3.Connection, arr: Arrangement) -> dict[str, int]:
+    tab_of: dict[str, int] = {}
+    for w in arr.windows:
+        window = conn.execute(
+            "INSERT INTO windows (name) VALUES (?)", (to_column(w.name),)
+        ).lastrowid
+        for t in w.tabs:
+            tab = conn.execute(
+                "INSERT INTO tabs (window, title, root) VALUES (?, ?, ?)",
+                (window, to_column(t.title), root_text(_root(t.root))),
+            ).lastrowid
+            assert tab is not None
+            tab_of.update((leaf.name, tab) for leaf in _walk(t.root))
+    return tab_of
+
+
+def clear_rows(conn: sqlite3.Connection) -> None:
+    for table in ("windows", "tabs", "sessions"):
+        conn.execute(f"DELETE FROM {table}")
+
+
+def modify_rows(
+    conn: sqlite3.Connection, change: Callable[[Arrangement], Arrangement]
+) -> Arrangement:
+    """Read, ``change``, write what changed: the rows of the sessions whose
+    leaf changed (or that came or went), and the windows and tabs only if
+    the layout changed (then all of them, each session's tab id with them).
+    Sessions added are saved with their bytes fields, sessions dropped lose
+    theirs, sessions kept keep theirs."""
+    old, tab_of = read_rows(conn)
+    new = change(old)
+    if new is old:
+        return old
+    new_tab_of = tab_of
+    if _layout(new) != _layout(old):
+        for table in ("windows", "tabs"):
+            conn.execute(f"DELETE FROM {table}")
+        new_tab_of = _write_layout(conn, new)
+    was = {leaf.name: leaf for leaf in old.leaves()}
+    for leaf in new.leaves():
+        before = was.pop(leaf.name, None)
+        tab = new_tab_of[leaf.name]
+        if before is None:
+            _insert(conn, leaf, tab)
+            _put_bytes(conn, leaf)
+        elif tab != tab_of[leaf.name] or (before is not leaf and before != leaf):
+            conn.execute(
+                "UPDATE sessions SET tab = ?, leaf = ?, ref_socket = ?, ref_instance = ?,"
+                " ref_child = ? WHERE name = ?",
+                (tab, _dump(leaf), *_ref_columns(leaf), leaf.name),
+            )
+    for name in was:
+        conn.execute("DELETE FROM sessions WHERE name = ?", (name,))
+        _drop_bytes(conn, name)
+    return new
+
+
+# --- one session -------------------------------------------------------------------------------
+
+
+def find_row(conn: sqlite3.Connection, name: str) -> SessionLeaf | None:
+    """The session ``name`` (without bytes fields), or None."""
+    row = conn.execute("SELECT leaf FROM sessions WHERE name = ?", (to_column(name),)).fetchone()
+    return None if row is None else _leaf(name, row[0])
+
+
+def rows_by_ref(conn: sqlite3.Connection, key: Key) -> list[SessionLeaf]:
+    """The sessions whose ref names the child ``key`` (as ``ref_key``
+    gives it; the pid is not compared), by the index."""
+    socket, instance, child = ref_columns(*key)
+    rows = conn.execute(
+        "SELECT name, leaf FROM sessions"
+        " WHERE ref_instance = ? AND ref_child = ? AND ref_socket = ?",
+        (instance, child, socket),
+    )
+    found = (_leaf(name, text) for name, text in rows.fetchall())
+    key = child_key(*key)
+    return [leaf for leaf in found if leaf.ref is not None and ref_key(leaf.ref) == key]
+
+
+def rows_named_or_referred(
+    conn: sqlite3.Connection, names: Iterable[str], refs: Iterable[Key]
+) -> list[SessionLeaf]:
+    """The sessions of ``names`` (in that order), then those ``refs`` name,
+    each once; names and refs no session has are left out."""
+    out: dict[str, SessionLeaf] = {}
+    for name in names:
+        leaf = find_row(conn, name)
+        if leaf is not None:
+            out.setdefault(name, leaf)
+    for key in refs:
+        for leaf in rows_by_ref(conn, key):
+            out.setdefault(leaf.name, leaf)
+    return list(out.values())
+
+
+def _insert(conn: sqlite3.Connection, leaf: SessionLeaf, tab: int) -> None:
+    conn.execute(
+        "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (leaf.name, tab, _dump(leaf), *_ref_columns(leaf)),
+    )
+
+
+def add_row(conn: sqlite3.Connection, leaf: SessionLeaf, window: str) -> None:
+    """``leaf`` as a new tab at the end of the first window called
+    ``window`` (made at the end if there is none), as
+    ``Arrangement.with_session``; ValueError if the name is taken. Bytes
+    fields are the caller's."""
+    if conn.execute("SELECT 1 FROM sessions WHERE name = ?", (leaf.name,)).fetchone():
+        raise ValueError(f"a session named {leaf.name!r} exists already")
+    column = to_column(window)
+    row = conn.execute(
+        "SELECT id FROM windows WHERE name = ? ORDER BY id LIMIT 1", (column,)
+    ).fetchone()
+    if row is not None:
+        window_id = row[0]
+    else:
+        window_id = conn.execute("INSERT INTO windows (name) VALUES (?)", (column,)).lastrowid
+    tab = conn.execute(
+        "INSERT INTO tabs (window, title, root) VALUES (?, '', ?)",
+        (window_id, root_text(session_node(leaf.name))),
+    ).lastrowid
+    assert tab is not None
+    _insert(conn, leaf, tab)
+
+
+def update_row(conn: sqlite3.Connection, leaf: SessionLeaf) -> bool:
+    """The row of ``leaf``'s name holds ``leaf`` now (in its place); False
+    if there is none. Bytes fields are the caller's."""
+    cur = conn.execute(
+        "UPDATE sessions SET leaf = ?, ref_socket = ?, ref_instance = ?, ref_child = ?"
+        " WHERE name = ?",
+        (_dump(leaf), *_ref_columns(leaf), leaf.name),
+    )
+    return cur.rowcount > 0
+
+
+def drop_row(conn: sqlite3.Connection, name: str) -> SessionLeaf:
+    """Remove the session ``name`` (KeyError if none) from its tab's tree
+    as ``Arrangement.without_session`` does: a split left with one child
+    becomes that child; a tab left empty goes, and so does its window if
+    that empties it. Returns the leaf as it was (without bytes fields).
+    Bytes fields are the caller's."""
+    row = conn.execute(
+        "SELECT tab, leaf FROM sessions WHERE name = ?", (to_column(name),)
+    ).fetchone()
+    if row is None:
+        raise KeyError(name)
+    tab, text = row
+    leaf = _leaf(name, text)
+    where = conn.execute("SELECT window, root FROM tabs WHERE id = ?", (tab,)).fetchone()
+    if where is None:
+        raise StoreCorrupt(f"session {name!r} is in tab {tab!r}, which is not saved")
+    window, old_root = where
+    # The tab's other sessions, by the index: the tree is rebuilt with the
+    # model's own leaves so the model's _without cuts it.
+    mates = dict(conn.execute("SELECT name, leaf FROM sessions WHERE tab = ?", (tab,)).fetchall())
+
+    def mate(n: str) -> SessionLeaf:
+        if n not in mates:
+            raise ValueError(f"names session {n!r}, which is not saved in it")
+        return _leaf(n, mates[n])
+
+    try:
+        root = parse_root(old_root, mate, Split)
+    except ValueError as exc:
+        raise StoreCorrupt(f"the layout of tab {tab} {exc}") from None
+    rest = _without(root, name)
+    if rest is root:
+        raise StoreCorrupt(f"session {name!r} is in tab {tab}, whose layout does not name it")
+    if rest is not None:
+        conn.execute("UPDATE tabs SET root = ? WHERE id = ?", (root_text(_root(rest)), tab))
+    else:
+        conn.execute("DELETE FROM tabs WHERE id = ?", (tab,))
+        if (
+            conn.execute("SELECT 1 FROM tabs WHERE window = ? LIMIT 1", (window,)).fetchone()
+            is None
+        ):
+            conn.execute("DELETE FROM windows WHERE id = ?", (window,))
+    conn.execute("DELETE FROM sessions WHERE name = ?", (name,))
+    return leaf

@@ -1,0 +1,138 @@
+"""The shape of the saved arrangement as the file keeps it (schema version
+2, ``_schema``): windows, tabs in them, and each tab's split tree as JSON
+whose leaves name their sessions. Read and checked here, without attrs or
+cattrs, for the whole store (``_rows``) and its light read (``_outline``)
+alike, so both take the same files and refuse the same ones.
+
+A tab's ``root`` is ``{"kind": "session", "name": N}`` or ``{"kind":
+"split", "vertical": bool, "children": [...], "sizes": [number, ...] |
+null}``; unknown keys are ignored, as everywhere in saved state.
+"""
+
+from __future__ import annotations
+
+import json
+
+from restore.store._rules import exact, from_column
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, TypeVar
+
+    _N = TypeVar("_N")
+
+_as_float = exact(float)
+
+
+class _Misplaced(ValueError):
+    """A session named where the rows do not put it: said as it is."""
+
+
+def session_node(name: str) -> dict[str, Any]:
+    """A leaf of a tab's root: the session it names."""
+    return {"kind": "session", "name": name}
+
+
+def root_text(node: Any) -> str:
+    """A root (JSON-ready: ``session_node`` leaves) as the file keeps it.
+    ASCII: a name is, and the rest is ours."""
+    return json.dumps(node, separators=(",", ":"))
+
+
+def parse_root(
+    text: object,
+    session: Callable[[str], _N],
+    split: Callable[[bool, list[_N], list[float] | None], _N],
+) -> _N:
+    """A tab's root from its JSON text, built bottom-up with ``session``
+    (a name) and ``split``; ValueError (one line) if it is not one."""
+    if not isinstance(text, str):
+        raise ValueError(f"is {type(text).__name__}, not JSON text")
+    try:
+        node = json.loads(text)
+        return _node(node, session, split)
+    except RecursionError:
+        raise ValueError("is nested too deep") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"is not valid JSON ({exc})") from None
+
+
+def _node(
+    node: Any,
+    session: Callable[[str], _N],
+    split: Callable[[bool, list[_N], list[float] | None], _N],
+) -> _N:
+    if type(node) is not dict:
+        raise ValueError(f"has a node that is {type(node).__name__}, not an object")
+    kind = node.get("kind")
+    if kind == "session":
+        name = node.get("name")
+        if not isinstance(name, str):
+            raise ValueError("has a session node without a name")
+        return session(name)
+    if kind != "split":
+        raise ValueError(f"has a node of unknown kind {kind!r}")
+    vertical, children, sizes = node.get("vertical"), node.get("children"), node.get("sizes")
+    if type(vertical) is not bool:
+        raise ValueError("has a split whose 'vertical' is not true or false")
+    if type(children) is not list or not children:
+        raise ValueError("has a split without children")
+    if sizes is not None:
+        if type(sizes) is not list or len(sizes) != len(children):
+            raise ValueError("has a split whose sizes do not fit its children")
+        try:
+            sizes = [_as_float(s) for s in sizes]
+        except TypeError as exc:
+            raise ValueError(f"has a split with a size that is not a number ({exc})") from None
+    return split(vertical, [_node(c, session, split) for c in children], sizes)
+
+
+def shape(
+    windows: Sequence[tuple[object, object]],
+    tabs: Sequence[tuple[object, object, object, object]],
+    tab_of: Mapping[str, object],
+    session: Callable[[str], _N],
+    split: Callable[[bool, list[_N], list[float] | None], _N],
+) -> list[tuple[str, list[tuple[str, _N]]]]:
+    """The arrangement from its rows: ``windows`` (id, name) in order,
+    ``tabs`` (id, window, title, root) in order within each window (names
+    and titles as ``to_column`` keeps them), and
+    ``tab_of``, each saved session's tab. Returns [(window name, [(tab
+    title, root)])]; ValueError (one line) unless every tab is in a window
+    and every session is named once, by its own tab's root."""
+    by_window: dict[object, list[tuple[str, _N]]] = {}
+    order: list[tuple[str, list[tuple[str, _N]]]] = []
+    for window_id, column in windows:
+        name = from_column(column)
+        if name is None or type(window_id) is not int:
+            raise ValueError(f"window {window_id!r} has a garbled row")
+        order.append((name, by_window.setdefault(window_id, [])))
+    named: set[str] = set()
+    for tab_id, window_id, column, text in tabs:
+        title = from_column(column)
+        if title is None or type(tab_id) is not int:
+            raise ValueError(f"tab {tab_id!r} has a garbled row")
+        if window_id not in by_window:
+            raise ValueError(f"tab {tab_id} is in no window")
+
+        def one(name: str, tab_id: int = tab_id) -> _N:
+            if tab_of.get(name, None) != tab_id:
+                where = "is not saved" if name not in tab_of else "is saved in another tab"
+                raise _Misplaced(f"tab {tab_id} names session {name!r}, which {where}")
+            if name in named:
+                raise _Misplaced(f"two sessions are named {name!r}")
+            named.add(name)
+            return session(name)
+
+        try:
+            root = parse_root(text, one, split)
+        except _Misplaced:
+            raise
+        except ValueError as exc:
+            raise ValueError(f"the layout of tab {tab_id} {exc}") from None
+        by_window[window_id].append((title, root))
+    if len(named) != len(tab_of):
+        lost = sorted(set(tab_of) - named)
+        raise ValueError(f"session {lost[0]!r} is in no tab's layout")
+    return order
