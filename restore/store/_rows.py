@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
+
 from restore.store._errors import StoreCorrupt
 from restore.store._model import (
     Arrangement,
@@ -66,11 +68,6 @@ def _root(node: Node) -> dict[str, Any]:
     }
 
 
-def _layout(arr: Arrangement) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
-    """Windows, tabs and trees, without the sessions' own fields."""
-    return [(w.name, [(t.title, _root(t.root)) for t in w.tabs]) for w in arr.windows]
-
-
 def _ref_columns(leaf: SessionLeaf) -> tuple[str | bytes | None, str | bytes | None, int | None]:
     ref = leaf.ref
     return (
@@ -83,8 +80,17 @@ def _ref_columns(leaf: SessionLeaf) -> tuple[str | bytes | None, str | bytes | N
 # --- whole -----------------------------------------------------------------------------------
 
 
-def read_rows(conn: sqlite3.Connection) -> tuple[Arrangement, dict[str, int]]:
-    """The arrangement (without bytes fields), and each session's tab id."""
+@attrs.frozen
+class Rows:
+    """The arrangement as read, with where each part of it is."""
+
+    arrangement: Arrangement  # without bytes fields
+    tab_of: dict[str, int]  # each session's tab id
+    ids: list[tuple[int, list[int]]]  # each window's id and its tabs' ids, in order
+
+
+def read_rows(conn: sqlite3.Connection) -> Rows:
+    """The whole arrangement (without bytes fields)."""
     windows = conn.execute("SELECT id, name FROM windows ORDER BY id").fetchall()
     tabs = conn.execute("SELECT id, window, title, root FROM tabs ORDER BY window, id").fetchall()
     texts: dict[str, object] = {}
@@ -95,41 +101,49 @@ def read_rows(conn: sqlite3.Connection) -> tuple[Arrangement, dict[str, int]]:
         texts[name], tab_of[name] = text, tab
     try:
         order = shape(windows, tabs, tab_of, lambda name: _leaf(name, texts[name]), Split)
-        arr = Arrangement([Window(w, [Tab(root, title) for title, root in ts]) for w, ts in order])
+        arr = Arrangement(
+            [Window(name, [Tab(root, title) for _t, title, root in ts]) for _w, name, ts in order]
+        )
     except ValueError as exc:
         raise StoreCorrupt(f"the arrangement does not hold together: {exc}") from None
     for gone in _seen.keys() - tab_of.keys():
         _seen.pop(gone, None)
-    return arr, tab_of
+    ids = [(window, [tab for tab, _title, _root in ts]) for window, _name, ts in order]
+    return Rows(arr, tab_of, ids)
 
 
-def write_rows(conn: sqlite3.Connection, arr: Arrangement) -> dict[str, int]:
+def write_rows(conn: sqlite3.Connection, arr: Arrangement) -> None:
     """Rows for ``arr``'s windows, tabs and sessions, in tables that hold
-    none of them; returns each session's tab id. Bytes fields are the
-    caller's (``leaf_bytes``)."""
-    tab_of = _write_layout(conn, arr)
+    none of them. Bytes fields are the caller's (``leaf_bytes``)."""
+    tab_of = _write_windows(conn, arr.windows)
     conn.executemany(
         "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         ((leaf.name, tab_of[leaf.name], _dump(leaf), *_ref_columns(leaf)) for leaf in arr.leaves()),
     )
-    return tab_of
 
 
-def _write_layout(conn: sqlite3.Connection, arr: Arrangement) -> dict[str, int]:
+def _write_windows(conn: sqlite3.Connection, windows: Iterable[Window]) -> dict[str, int]:
+    """New rows for ``windows`` and their tabs, after every one there is
+    (a new id is the highest yet); returns each session's tab id."""
     tab_of: dict[str, int] = {}
-    for w in arr.windows:
+    for w in windows:
         window = conn.execute(
             "INSERT INTO windows (name) VALUES (?)", (to_column(w.name),)
         ).lastrowid
+        assert window is not None
         for t in w.tabs:
-            tab = conn.execute(
-                "INSERT INTO tabs (window, title, root) VALUES (?, ?, ?)",
-                (window, to_column(t.title), root_text(_root(t.root))),
-            ).lastrowid
-            assert tab is not None
-            tab_of.update((leaf.name, tab) for leaf in _walk(t.root))
+            tab_of.update(_write_tab(conn, window, t))
     return tab_of
+
+
+def _write_tab(conn: sqlite3.Connection, window: int, t: Tab) -> dict[str, int]:
+    tab = conn.execute(
+        "INSERT INTO tabs (window, title, root) VALUES (?, ?, ?)",
+        (window, to_column(t.title), root_text(_root(t.root))),
+    ).lastrowid
+    assert tab is not None
+    return {leaf.name: tab for leaf in _walk(t.root)}
 
 
 def clear_rows(conn: sqlite3.Connection) -> None:
@@ -141,27 +155,23 @@ def modify_rows(
     conn: sqlite3.Connection, change: Callable[[Arrangement], Arrangement]
 ) -> Arrangement:
     """Read, ``change``, write what changed: the rows of the sessions whose
-    leaf changed (or that came or went), and the windows and tabs only if
-    the layout changed (then all of them, each session's tab id with them).
-    Sessions added are saved with their bytes fields, sessions dropped lose
-    theirs, sessions kept keep theirs."""
-    old, tab_of = read_rows(conn)
+    leaf or tab changed (or that came or went), and the windows and tabs
+    that changed (``_write_layout``). Sessions added are saved with their
+    bytes fields, sessions dropped lose theirs, sessions kept keep theirs."""
+    rows = read_rows(conn)
+    old = rows.arrangement
     new = change(old)
     if new is old:
         return old
-    new_tab_of = tab_of
-    if _layout(new) != _layout(old):
-        for table in ("windows", "tabs"):
-            conn.execute(f"DELETE FROM {table}")
-        new_tab_of = _write_layout(conn, new)
+    tab_of = _write_layout(conn, rows, new)
     was = {leaf.name: leaf for leaf in old.leaves()}
     for leaf in new.leaves():
         before = was.pop(leaf.name, None)
-        tab = new_tab_of[leaf.name]
+        tab = tab_of[leaf.name]
         if before is None:
             _insert(conn, leaf, tab)
             _put_bytes(conn, leaf)
-        elif tab != tab_of[leaf.name] or (before is not leaf and before != leaf):
+        elif tab != rows.tab_of[leaf.name] or (before is not leaf and before != leaf):
             conn.execute(
                 "UPDATE sessions SET tab = ?, leaf = ?, ref_socket = ?, ref_instance = ?,"
                 " ref_child = ? WHERE name = ?",
@@ -171,6 +181,44 @@ def modify_rows(
         conn.execute("DELETE FROM sessions WHERE name = ?", (name,))
         _drop_bytes(conn, name)
     return new
+
+
+def _write_layout(conn: sqlite3.Connection, rows: Rows, new: Arrangement) -> dict[str, int]:
+    """``new``'s windows and tabs where they differ from ``rows``; returns
+    each session's tab id. The windows that are as they were from the
+    first on (by name) keep their rows, and so do the tabs that are as
+    they were from the first of such a window on (title and tree); the
+    rest are written anew, each after every row there is, so the order
+    holds. A tab added at the end of a window, or a window at the end,
+    is one row more; nothing changed is nothing written."""
+    old = rows.arrangement
+    kept = _same_start([w.name for w in old.windows], [w.name for w in new.windows])
+    tab_of: dict[str, int] = {}
+    for (window, tabs), was, now in zip(rows.ids, old.windows, new.windows[:kept], strict=False):
+        same = _same_start(
+            [(t.title, _root(t.root)) for t in was.tabs],
+            [(t.title, _root(t.root)) for t in now.tabs],
+        )
+        for tab in tabs[same:]:
+            conn.execute("DELETE FROM tabs WHERE id = ?", (tab,))
+        for i, t in enumerate(now.tabs):
+            if i < same:
+                tab_of.update((leaf.name, tabs[i]) for leaf in _walk(t.root))
+            else:
+                tab_of.update(_write_tab(conn, window, t))
+    for window, _tabs in rows.ids[kept:]:
+        conn.execute("DELETE FROM tabs WHERE window = ?", (window,))
+        conn.execute("DELETE FROM windows WHERE id = ?", (window,))
+    tab_of.update(_write_windows(conn, new.windows[kept:]))
+    return tab_of
+
+
+def _same_start(old: list[Any], new: list[Any]) -> int:
+    """How many items ``old`` and ``new`` have alike from the first on."""
+    n = 0
+    while n < min(len(old), len(new)) and old[n] == new[n]:
+        n += 1
+    return n
 
 
 # --- one session -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 FILE_NAME = "arrangement.sqlite3"
 SCHEMA_VERSION = 2
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the document.
+# The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the session's row.
 BYTES_FIELDS = ("scrollback", "notice")
 # What a restore replays of a session: what its output file keeps.
 SCROLLBACK_LIMIT = KEPT_OUTPUT

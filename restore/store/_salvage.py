@@ -142,7 +142,7 @@ def _read_arrangement(conn: sqlite3.Connection) -> tuple[Arrangement, int]:
     if "sessions" not in tables and "arrangement" in tables:  # version 1
         return read_v1_document(conn), 0
     try:
-        return read_rows(conn)[0], 0
+        return read_rows(conn).arrangement, 0
     except _UNREADABLE:
         return _read_piecewise(conn)
 

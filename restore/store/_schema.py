@@ -35,6 +35,12 @@ a session's own row changes without its tab's. ``sessions.leaf`` is the
 to without reading the others. ``tab`` is the tab whose ``root`` names
 it. A new window or tab takes the next ``id``, so it comes last.
 
+JSON is written with ``ensure_ascii``: a path or argv decoded with
+surrogateescape holds lone surrogates, which SQLite's UTF-8 text cannot
+carry, and ``\\udcXX`` escapes can. A column that holds such a text itself
+(a window's name, a tab's title, a ref's socket) holds it as the bytes of
+its UTF-8 with surrogatepass, a BLOB (``_rules.to_column``).
+
 A leaf's bytes fields (``scrollback``, ``notice``) live in ``leaf_bytes``,
 one BLOB per (session name, field): each is up to 256 KiB a session, against
 a few hundred bytes of everything else, and most changes do not touch them.

@@ -280,13 +280,13 @@ class ArrangementStore:
 
     def load(self) -> Arrangement:
         """The arrangement, with saved scrollback and notices."""
-        return self._read(lambda c: _with_bytes(c, read_rows(c)[0]))
+        return self._read(lambda c: _with_bytes(c, read_rows(c).arrangement))
 
     def load_outline(self) -> Arrangement:
         """The arrangement without its bytes fields (``scrollback`` and
         ``notice`` None): for a caller that asks who is where, often, and
         would otherwise read every saved scrollback each time."""
-        return self._read(lambda c: read_rows(c)[0])
+        return self._read(lambda c: read_rows(c).arrangement)
 
     def find(self, name: str) -> SessionLeaf | None:
         """The saved session ``name``, with its bytes fields; None if there

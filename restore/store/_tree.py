@@ -94,20 +94,20 @@ def shape(
     tab_of: Mapping[str, object],
     session: Callable[[str], _N],
     split: Callable[[bool, list[_N], list[float] | None], _N],
-) -> list[tuple[str, list[tuple[str, _N]]]]:
+) -> list[tuple[int, str, list[tuple[int, str, _N]]]]:
     """The arrangement from its rows: ``windows`` (id, name) in order,
     ``tabs`` (id, window, title, root) in order within each window (names
-    and titles as ``to_column`` keeps them), and
-    ``tab_of``, each saved session's tab. Returns [(window name, [(tab
-    title, root)])]; ValueError (one line) unless every tab is in a window
-    and every session is named once, by its own tab's root."""
-    by_window: dict[object, list[tuple[str, _N]]] = {}
-    order: list[tuple[str, list[tuple[str, _N]]]] = []
+    and titles as ``to_column`` keeps them), and ``tab_of``, each saved
+    session's tab. Returns [(window id, name, [(tab id, title, root)])];
+    ValueError (one line) unless every tab is in a window and every
+    session is named once, by its own tab's root."""
+    by_window: dict[object, list[tuple[int, str, _N]]] = {}
+    order: list[tuple[int, str, list[tuple[int, str, _N]]]] = []
     for window_id, column in windows:
         name = from_column(column)
         if name is None or type(window_id) is not int:
             raise ValueError(f"window {window_id!r} has a garbled row")
-        order.append((name, by_window.setdefault(window_id, [])))
+        order.append((window_id, name, by_window.setdefault(window_id, [])))
     named: set[str] = set()
     for tab_id, window_id, column, text in tabs:
         title = from_column(column)
@@ -131,7 +131,7 @@ def shape(
             raise
         except ValueError as exc:
             raise ValueError(f"the layout of tab {tab_id} {exc}") from None
-        by_window[window_id].append((title, root))
+        by_window[window_id].append((tab_id, title, root))
     if len(named) != len(tab_of):
         lost = sorted(set(tab_of) - named)
         raise ValueError(f"session {lost[0]!r} is in no tab's layout")

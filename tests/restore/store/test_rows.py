@@ -304,6 +304,40 @@ def test_one_session_is_read_and_changed_by_its_own_rows(
     assert many.load().windows[0].tabs[-2].root == leaf("in-b", ref=ref(-1))
 
 
+def writes(statements: list[str]) -> list[str]:
+    return [sql for sql in statements if re.match(r"(INSERT|UPDATE|DELETE)\b", sql)]
+
+
+def test_modify_writes_the_rows_that_changed(
+    many: ArrangementStore, statements: list[str], path: Path
+) -> None:
+    """Whole by nature (``change`` sees the whole arrangement), but a change
+    to one session, or one session more, writes a row or two."""
+    with raw(path) as conn:  # mended: modify reads every session
+        conn.execute(
+            "UPDATE sessions SET leaf = ? WHERE name = 'x0'",
+            (json.dumps({"name": "x0", "argv": ["sh"], "cwd": "/"}),),
+        )
+    conn.close()
+    many.modify(lambda arr: arr.replace_session(leaf("s5", title="T", ref=ref(5))))
+    assert len(writes(statements)) == 1
+    statements.clear()
+    many.modify(lambda arr: arr.with_session(leaf("adopted"), "orphans"))
+    assert len(writes(statements)) == 5  # window, tab, session, its two bytes fields
+    statements.clear()
+    many.modify(lambda arr: arr.with_session(leaf("adopted2"), "orphans"))
+    assert len(writes(statements)) == 4
+    statements.clear()
+    many.modify(lambda arr: arr)
+    assert writes(statements) == []
+    with ArrangementStore.open(path) as other:
+        assert other.find("s5") == leaf("s5", title="T", ref=ref(5), scrollback=b"S" * 100)
+        assert [t.root for t in other.load_outline().window("orphans").tabs] == [  # type: ignore[union-attr]
+            leaf("adopted"),
+            leaf("adopted2"),
+        ]
+
+
 def test_opening_reads_no_session(path: Path, many: ArrangementStore) -> None:
     seen: list[str] = []
     real = sqlite3.connect
@@ -348,6 +382,36 @@ def test_the_light_read_of_one_session_reads_its_rows_only(
 Op = tuple[str, Any]
 
 
+def _merged(arr: Arrangement, i: int, _new: SessionLeaf) -> Arrangement:
+    """The first two tabs of a window side by side in one."""
+    full = [w for w in arr.windows if len(w.tabs) > 1]
+    if not full:
+        return arr
+    w = full[i % len(full)]
+    first, second, *rest = w.tabs
+    tab = Tab(Split(True, [first.root, second.root], [1.0, 2.0]), second.title)
+    return Arrangement([attrs.evolve(x, tabs=[tab, *rest]) if x is w else x for x in arr.windows])
+
+
+def _dropped(arr: Arrangement, i: int, _new: SessionLeaf) -> Arrangement:
+    names = [x.name for x in arr.leaves()]
+    return arr.without_session(names[i % len(names)]) if names else arr
+
+
+def _added(arr: Arrangement, i: int, new: SessionLeaf) -> Arrangement:
+    name = new.name.replace("new", f"m{i}")
+    if arr.find(name) is not None:
+        return arr
+    return arr.with_session(attrs.evolve(new, name=name), ["main", "w2", "w9"][i % 3])
+
+
+def _turned(arr: Arrangement, i: int, _new: SessionLeaf) -> Arrangement:
+    return Arrangement(arr.windows[i % 2 :] + arr.windows[: i % 2][::-1])
+
+
+# Changes to the layout, through modify.
+_RESHAPES = (_merged, _dropped, _added, _turned)
+
 _OPS = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.tuples(_leaf("new"), st.sampled_from(["main", "w2", "w9"]))),
@@ -355,6 +419,10 @@ _OPS = st.lists(
         st.tuples(st.just("stage"), st.integers(0, 50)),
         st.tuples(st.just("update"), st.tuples(st.integers(0, 50), _os)),
         st.tuples(st.just("retitle"), _os),
+        st.tuples(
+            st.just("reshape"),
+            st.tuples(st.sampled_from(_RESHAPES), st.integers(0, 50), _leaf("new")),
+        ),
     ),
     max_size=8,
 )
@@ -369,6 +437,14 @@ def _apply(n: int, op: Op, store: ArrangementStore, model: Arrangement) -> Arran
         new = attrs.evolve(new, name=new.name.replace("new", f"n{n}"))
         store.add_session(new, window)
         return model.with_session(new, window)
+    if kind == "reshape":
+        how, i, new = arg
+
+        def reshape(arr: Arrangement) -> Arrangement:
+            return how(arr, i, new)  # type: ignore[no-any-return]
+
+        store.modify(reshape)
+        return reshape(model)
     if not names:
         return model
     if kind == "retitle":  # a change to every session, through modify
