@@ -42,7 +42,7 @@ from restore.store._rules import (
     ref_columns,
     to_column,
 )
-from restore.store._tree import root_text, session_node, shape
+from restore.store._tree import add_tab, referring, shape
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,15 +157,9 @@ def _read_some(
             if row is not None and name not in found:
                 found[name] = _leaf(name, row[0])
         for key in refs:
-            socket, instance, child = ref_columns(*key)
-            rows = conn.execute(
-                "SELECT name, leaf FROM sessions"
-                " WHERE ref_instance = ? AND ref_child = ? AND ref_socket = ?",
-                (instance, child, socket),
-            ).fetchall()
             want = child_key(*key)
-            for name, text in rows:
-                leaf = _leaf(name, text)
+            for row_name, text in referring(conn, key):
+                leaf = _leaf(row_name, text)
                 ref = leaf.ref
                 if ref is not None and child_key(ref.socket, ref.instance_id, ref.child_id) == want:
                     found.setdefault(leaf.name, leaf)
@@ -229,37 +223,18 @@ def add_saved(state: Path, leaf: SessionLeaf, window: str = "main") -> bool:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None or row[0] != SCHEMA_VERSION:
                 raise _NotSure
-            if conn.execute("SELECT 1 FROM sessions WHERE name = ?", (leaf.name,)).fetchone():
-                raise _NotSure
             check_leaf_name(leaf.name)
             check_leaf_host(leaf.name, leaf.host)
             # As the store's converter writes it: ASCII, surrogates escaped.
             text = json.dumps(_as_json(leaf), separators=(",", ":"))
             ref = leaf.ref
-            key = (
+            refs = (
                 (None,) * 3
                 if ref is None
                 else ref_columns(ref.socket, ref.instance_id, ref.child_id)
             )
-            column = to_column(window)
-            found = conn.execute(
-                "SELECT id FROM windows WHERE name = ? ORDER BY id LIMIT 1", (column,)
-            ).fetchone()
-            if found is not None:
-                window_id = found[0]
-            else:
-                window_id = conn.execute(
-                    "INSERT INTO windows (name) VALUES (?)", (column,)
-                ).lastrowid
-            tab = conn.execute(
-                "INSERT INTO tabs (window, title, root) VALUES (?, '', ?)",
-                (window_id, root_text(session_node(leaf.name))),
-            ).lastrowid
-            conn.execute(
-                "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (leaf.name, tab, text, *key),
-            )
+            if not add_tab(conn, leaf.name, text, refs, window):
+                raise _NotSure  # taken
             conn.execute("DELETE FROM leaf_bytes WHERE name = ?", (leaf.name,))
         except BaseException:
             conn.execute("ROLLBACK")

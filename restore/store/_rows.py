@@ -28,7 +28,7 @@ from restore.store._model import (
 )
 from restore.store._rules import child_key, ref_columns, to_column
 from restore.store._schema import _drop_bytes, _dump, _put_bytes, _structure
-from restore.store._tree import parse_root, root_text, session_node, shape
+from restore.store._tree import add_tab, parse_root, referring, root_text, session_node, shape
 
 Key = tuple[str, str, int]  # a child, as ref_key gives it
 
@@ -233,15 +233,9 @@ def find_row(conn: sqlite3.Connection, name: str) -> SessionLeaf | None:
 def rows_by_ref(conn: sqlite3.Connection, key: Key) -> list[SessionLeaf]:
     """The sessions whose ref names the child ``key`` (as ``ref_key``
     gives it; the pid is not compared), by the index."""
-    socket, instance, child = ref_columns(*key)
-    rows = conn.execute(
-        "SELECT name, leaf FROM sessions"
-        " WHERE ref_instance = ? AND ref_child = ? AND ref_socket = ?",
-        (instance, child, socket),
-    )
-    found = (_leaf(name, text) for name, text in rows.fetchall())
-    key = child_key(*key)
-    return [leaf for leaf in found if leaf.ref is not None and ref_key(leaf.ref) == key]
+    want = child_key(*key)
+    found = (_leaf(name, text) for name, text in referring(conn, key))
+    return [leaf for leaf in found if leaf.ref is not None and ref_key(leaf.ref) == want]
 
 
 def rows_named_or_referred(
@@ -273,22 +267,8 @@ def add_row(conn: sqlite3.Connection, leaf: SessionLeaf, window: str) -> None:
     ``window`` (made at the end if there is none), as
     ``Arrangement.with_session``; ValueError if the name is taken. Bytes
     fields are the caller's."""
-    if conn.execute("SELECT 1 FROM sessions WHERE name = ?", (leaf.name,)).fetchone():
+    if not add_tab(conn, leaf.name, _dump(leaf), _ref_columns(leaf), window):
         raise ValueError(f"a session named {leaf.name!r} exists already")
-    column = to_column(window)
-    row = conn.execute(
-        "SELECT id FROM windows WHERE name = ? ORDER BY id LIMIT 1", (column,)
-    ).fetchone()
-    if row is not None:
-        window_id = row[0]
-    else:
-        window_id = conn.execute("INSERT INTO windows (name) VALUES (?)", (column,)).lastrowid
-    tab = conn.execute(
-        "INSERT INTO tabs (window, title, root) VALUES (?, '', ?)",
-        (window_id, root_text(session_node(leaf.name))),
-    ).lastrowid
-    assert tab is not None
-    _insert(conn, leaf, tab)
 
 
 def update_row(conn: sqlite3.Connection, leaf: SessionLeaf) -> bool:

@@ -2,7 +2,9 @@
 2, ``_schema``): windows, tabs in them, and each tab's split tree as JSON
 whose leaves name their sessions. Read and checked here, without attrs or
 cattrs, for the whole store (``_rows``) and its light read (``_outline``)
-alike, so both take the same files and refuse the same ones.
+alike, so both take the same files and refuse the same ones; and the
+statements both run on those rows (a session added as a new tab, the
+sessions that refer to a child), so both write and find the same rows.
 
 A tab's ``root`` is ``{"kind": "session", "name": N}`` or ``{"kind":
 "split", "vertical": bool, "children": [...], "sizes": [number, ...] |
@@ -14,10 +16,11 @@ from __future__ import annotations
 import json
 import re
 
-from restore.store._rules import exact, from_column
+from restore.store._rules import exact, from_column, ref_columns, to_column
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any, TypeVar
 
@@ -144,3 +147,50 @@ def shape(
         lost = sorted(set(tab_of) - named)
         raise ValueError(f"session {lost[0]!r} is in no tab's layout")
     return order
+
+
+def add_tab(
+    conn: sqlite3.Connection,
+    name: str,
+    leaf: str,
+    refs: tuple[object, object, object],
+    window: str,
+) -> bool:
+    """The session ``name`` (its row: ``leaf``, the JSON of its leaf, and
+    ``refs``, its ref columns) as a new tab at the end of the first window
+    called ``window``, made at the end if there is none:
+    ``Arrangement.with_session``, on the rows. False, with nothing
+    written, if the name is taken."""
+    if conn.execute("SELECT 1 FROM sessions WHERE name = ?", (name,)).fetchone() is not None:
+        return False
+    column = to_column(window)
+    row = conn.execute(
+        "SELECT id FROM windows WHERE name = ? ORDER BY id LIMIT 1", (column,)
+    ).fetchone()
+    if row is not None:
+        window_id = row[0]
+    else:
+        window_id = conn.execute("INSERT INTO windows (name) VALUES (?)", (column,)).lastrowid
+    tab = conn.execute(
+        "INSERT INTO tabs (window, title, root) VALUES (?, '', ?)",
+        (window_id, root_text(session_node(name))),
+    ).lastrowid
+    conn.execute(
+        "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (name, tab, leaf, *refs),
+    )
+    return True
+
+
+def referring(conn: sqlite3.Connection, key: tuple[str, str, int]) -> list[tuple[object, object]]:
+    """(name, leaf JSON) of the sessions whose ref columns name the child
+    ``key`` (as ``ref_key`` gives it), by the index; the caller checks
+    each leaf's own ref."""
+    socket, instance, child = ref_columns(*key)
+    rows = conn.execute(
+        "SELECT name, leaf FROM sessions"
+        " WHERE ref_instance = ? AND ref_child = ? AND ref_socket = ?",
+        (instance, child, socket),
+    )
+    return rows.fetchall()

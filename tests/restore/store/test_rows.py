@@ -37,6 +37,7 @@ from restore import (
     ref_key,
 )
 from restore.store._salvage import salvage
+from restore.store._tree import parse_root, root_text, session_node
 from tests.restore.store._files import raw, write_v1
 
 SOCK = "/run/ms/multiserver-daemon-1.socket"
@@ -526,3 +527,14 @@ def test_a_session_row_written_by_hand_is_looked_up_by_its_leaf(path: Path) -> N
     with ArrangementStore.open(path) as store:
         assert store.sessions(refs=[ref_key(ref(1))]) == []
     assert read_saved(path.parent, refs=[ref_key(ref(1))]) == []
+
+
+@given(name=st.text())
+def test_a_tab_of_one_session_reads_as_json_reads_it(name: str) -> None:
+    """The short way (a regular expression) and the JSON parser agree."""
+    for text in (root_text(session_node(name)), json.dumps(session_node(name), ensure_ascii=False)):
+        try:
+            want = json.loads(text)["name"]
+        except ValueError:
+            continue
+        assert parse_root(text, lambda n: n, lambda *_: "split") == want
