@@ -953,26 +953,34 @@ def test_a_session_without_a_ref_can_be_closed(store: ArrangementStore) -> None:
 ADD_MANY = """
     import sys
     from pathlib import Path
-    from restore import ArrangementStore, SessionLeaf
+    from restore import ArrangementStore, LightSessionLeaf, SessionLeaf, add_saved
     path, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    light = sys.argv[4] == "light"
     store = ArrangementStore.open(path)
     sys.stdin.read(1)  # wait for the go, so both writers run at once
     for i in range(count):
-        store.add_session(SessionLeaf(f"{prefix}-{i}", ["sh"], "/"), window=prefix)
+        name = f"{prefix}-{i}"
+        # As a command adds: lightly, else (busy past the light read's
+        # timeout) through the store.
+        if not (light and add_saved(path.parent, LightSessionLeaf(name, ["sh"], "/"), prefix)):
+            store.add_session(SessionLeaf(name, ["sh"], "/"), window=prefix)
     store.close()
 """
 
 
-def test_two_processes_adding_at_once_both_land(store: ArrangementStore, path: Path) -> None:
+@pytest.mark.parametrize("q_adds", ["store", "light"])  # p adds through the store
+def test_two_processes_adding_at_once_both_land(
+    store: ArrangementStore, path: Path, q_adds: str
+) -> None:
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(ADD_MANY), str(path), prefix, "50"],
+            [sys.executable, "-c", textwrap.dedent(ADD_MANY), str(path), prefix, "50", how],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for prefix in ("p", "q")
+        for prefix, how in (("p", "store"), ("q", q_adds))
     ]
     for w in writers:
         assert w.stdin is not None
