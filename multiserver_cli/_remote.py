@@ -249,7 +249,7 @@ def save_made(leaf: SessionLeaf) -> None:
         if store is None:
             return
         try:
-            if store.load().find(leaf.name) is not None:
+            if store.sessions(names=[leaf.name]):
                 store.update_session(leaf)
             else:
                 store.add_session(leaf)
@@ -263,9 +263,10 @@ def forget_made(name: str) -> None:
         if store is None:
             return
         try:
-            if store.load().find(name) is not None:
-                store.remove_session(name)
-        except (StoreError, KeyError) as exc:
+            store.remove_session(name)
+        except KeyError:
+            pass  # not saved here
+        except StoreError as exc:
             warn(f"{name}: killed there, but not forgotten here: {exc}")
 
 
@@ -276,7 +277,7 @@ def bring_back(host: Host, name: str) -> None:
     from restore import GONE_THERE, started_again
 
     with open_store() as store:
-        leaf = None if store is None else store.load().find(f"{host.name}:{name}")
+        leaf = None if store is None else store.find(f"{host.name}:{name}")
         if store is None or leaf is None:
             return  # not saved here: the host is not asked (the attach says if it is gone)
         answer = ask_host(replaced(host, needs_credential=False), host.timeout)

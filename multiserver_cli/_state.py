@@ -4,8 +4,11 @@ A command opens the store once (``open_store``) and hands it to what it
 calls; None stands for a store that cannot be used (its warning was said
 once), and every function here then does nothing. The everyday commands
 open ``Saved`` instead (``open_saved``): the saved sessions read lightly
-(``restore.read_saved``: no attrs, no converter), and the store itself
-opened only when the command changes it (``Saved.store``).
+(``restore.read_saved``: no attrs, no converter), all of them or one by
+name, and the store itself opened only when the command changes it
+(``Saved.store``). A command about one session reads and writes that
+session's rows only (the store is kept by session), never the whole
+arrangement.
 
 A failure to write the arrangement never costs the user a session: the
 session runs either way, and the failure is one warning line. A durable close
@@ -37,10 +40,13 @@ from multiserver import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import TypeVar
 
     from multiserver import ChildInfo, SyncClient
     from restore import ArrangementStore, RestorationRef, SessionLeaf
+
+    _T = TypeVar("_T")
 
 # How long finishing one pending close may take.
 PENDING_TIMEOUT = 3.0
@@ -77,13 +83,16 @@ def open_store() -> Iterator[ArrangementStore | None]:
 
 class Saved:
     """The saved sessions as a command looks them up, and the store, opened
-    on first use, for what it changes. ``leaves``: as ``read_saved`` read
-    them (None: it could not vouch for them, so the store is opened, which
-    also finishes, migrates or quarantines what it must)."""
+    on first use, for what it changes. Read lightly (``restore.read_saved``)
+    while the light read vouches for the file: all of them once
+    (``leaves``), or one by name (``find``) reading that session's rows
+    only. Where it cannot (None: a close pending, an older file, damage),
+    the store is opened and read instead, which also finishes, migrates or
+    quarantines what it must."""
 
-    def __init__(self, state: Path | None, leaves: list[SessionLeaf] | None) -> None:
-        self._state = state  # the state dir the leaves were read from
-        self._leaves = leaves
+    def __init__(self, state: Path | None) -> None:
+        self._state = state  # the state dir to read lightly; None: the store's to read
+        self._leaves: list[SessionLeaf] | None = None  # all of them, once read
         self._opened: contextlib.ExitStack | None = None
         self._store: ArrangementStore | None = None
 
@@ -96,17 +105,34 @@ class Saved:
         return self._store
 
     def leaves(self) -> list[SessionLeaf]:
+        """Every saved session, read once."""
         if self._leaves is None:
-            store = self.store()
-            self._leaves = store.load().leaves() if store is not None else []
+            leaves = self._light()
+            if leaves is None:
+                leaves = self._from_store(lambda store: store.load().leaves()) or []
+            self._leaves = leaves
         return self._leaves
 
     def find(self, name: str) -> SessionLeaf | None:
-        return next((leaf for leaf in self.leaves() if leaf.name == name), None)
+        """The saved session ``name``, with its bytes fields; None if none."""
+        if self._leaves is not None:
+            return next((leaf for leaf in self._leaves if leaf.name == name), None)
+        found = self._light(names=[name])
+        if found is not None:
+            return found[0] if found else None
+        return self._from_store(lambda store: store.find(name))
 
     def about(self, prefix: str, name: str) -> list[SessionLeaf]:
         """The saved sessions whose names begin with ``prefix``, and the
-        other hosts' sessions called ``name`` there (``HOST:NAME``)."""
+        other hosts' sessions called ``name`` there (``HOST:NAME``): their
+        rows only, where the light read vouches for the file."""
+        if self._leaves is None:
+            index = self._index()
+            if index is not None:
+                there = [n for n in index[0] if n.partition(":")[2] == name]
+                found = self._light(names=there, prefix=prefix)
+                if found is not None:
+                    return found
         return [
             leaf
             for leaf in self.leaves()
@@ -116,30 +142,41 @@ class Saved:
 
     def referring(self, keys: Iterable[tuple[str, str, int]]) -> list[SessionLeaf]:
         """The saved sessions whose ref names one of these children (daemon
-        socket, normalised; instance; child id)."""
-        wanted = set(keys)
+        socket, normalised; instance; child id), found by the ref index."""
+        wanted = list(dict.fromkeys(keys))
+        if self._leaves is None:
+            found = self._light(refs=wanted) if wanted else []
+            if found is not None:
+                return found
+        keys_ = set(wanted)
         return [
             leaf
             for leaf in self.leaves()
             if leaf.ref is not None
             and (os.path.normpath(leaf.ref.socket), leaf.ref.instance_id, leaf.ref.child_id)
-            in wanted
+            in keys_
         ]
 
     def ref_sockets(self) -> list[str]:
-        """The daemon sockets the saved sessions of this host refer to."""
+        """The daemon sockets the saved sessions of this host refer to
+        (normalised), read from the ref columns alone where it can."""
+        if self._leaves is None:
+            index = self._index()
+            if index is not None:
+                return index[1]
         return list(
             dict.fromkeys(
-                leaf.ref.socket
+                os.path.normpath(leaf.ref.socket)
                 for leaf in self.leaves()
                 if leaf.host is None and leaf.ref is not None
             )
         )
 
     def add(self, leaf: SessionLeaf, window: str) -> bool:
-        """Add ``leaf`` (a light twin) lightly (``restore.add_saved``), if
-        the store was read lightly and is not open; whether it was."""
-        if self._state is None or self._leaves is None or self._opened is not None:
+        """Add ``leaf`` (a light twin) lightly (``restore.add_saved``), unless
+        the store is open or the light read could not vouch for the file;
+        whether it was."""
+        if self._state is None or self._opened is not None:
             return False
         from restore import add_saved
 
@@ -147,7 +184,7 @@ class Saved:
             added = add_saved(self._state, leaf, window)
         except OSError:
             return False
-        if added:
+        if added and self._leaves is not None:
             self._leaves.append(leaf)
         return added
 
@@ -155,19 +192,65 @@ class Saved:
         if self._opened is not None:
             self._opened.close()
 
+    def _light(
+        self,
+        names: list[str] | None = None,
+        *,
+        refs: list[tuple[str, str, int]] | None = None,
+        prefix: str | None = None,
+    ) -> list[SessionLeaf] | None:
+        """``read_saved``'s answer (all, or those ``names``, ``refs`` and
+        ``prefix`` select); None once it could not vouch, or once the store
+        is open (it is the one to ask then)."""
+        if self._state is None or self._opened is not None:
+            return None
+        from restore import read_saved
+
+        try:
+            found = read_saved(self._state, names=names, refs=refs, prefix=prefix)
+        except (MultiserverError, OSError):
+            found = None
+        if found is None:
+            self._state = None  # the store says what is wrong, once
+        return found
+
+    def _index(self) -> tuple[list[str], list[str]] | None:
+        """``read_index``'s answer; None as ``_light`` says None."""
+        if self._state is None or self._opened is not None:
+            return None
+        from restore import read_index
+
+        try:
+            found = read_index(self._state)
+        except (MultiserverError, OSError):
+            found = None
+        if found is None:
+            self._state = None
+        return found
+
+    def _from_store(self, read: Callable[[ArrangementStore], _T]) -> _T | None:
+        """``read`` of the store; None if it cannot be used or read (said)."""
+        store = self.store()
+        if store is None:
+            return None
+        from restore import StoreError
+
+        try:
+            return read(store)
+        except StoreError as exc:  # a newer file it cannot read, a busy one
+            warn(f"saved arrangement unavailable: {exc}")
+            return None
+
 
 @contextlib.contextmanager
 def open_saved() -> Iterator[Saved]:
-    """The saved sessions (``Saved``) for one command."""
+    """The saved sessions (``Saved``) for one command; nothing is read yet."""
     from multiserver import state_dir
-    from restore import read_saved
 
     state: Path | None = None
-    leaves = None  # unread: the store says what is wrong, once
     with contextlib.suppress(MultiserverError, OSError):
         state = state_dir()
-        leaves = read_saved(state)
-    saved = Saved(state, leaves)
+    saved = Saved(state)
     try:
         yield saved
     finally:
@@ -220,7 +303,7 @@ def record_new(
     if argv is not None:
         leaf = replaced(leaf, argv=list(argv))
     try:
-        if store.load().find(leaf.name) is not None:
+        if store.sessions(names=[leaf.name]):
             store.update_session(leaf)
         else:
             store.add_session(leaf, window=window)
@@ -239,15 +322,12 @@ def stage_close(
     restore (the session started again)."""
     if store is None:
         return None
+    from restore import RestorationRef, ref_key
+
+    key = ref_key(RestorationRef(str(socket), instance_id, child.id, child.pid))
     try:
-        for leaf in store.load().leaves():
-            ref = leaf.ref
-            if ref is not None and (ref.socket, ref.instance_id, ref.child_id) == (
-                str(socket),
-                instance_id,
-                child.id,
-            ):
-                return store.stage_close(leaf.name)
+        for leaf in store.sessions(refs=[key]):
+            return store.stage_close(leaf.name)
         return None
     except KeyError:
         return None
@@ -315,7 +395,7 @@ def take_notice(saved: Saved, name: str) -> bytes:
     from restore import StoreError
 
     try:
-        leaf = store.load().find(name)
+        leaf = store.find(name)
         if leaf is None or not leaf.notice:
             return b""
         store.update_session(replaced(leaf, notice=None))

@@ -216,7 +216,7 @@ def _saved_screen(saved: Saved, name: str) -> SessionLeaf | None:
     from restore import StoreError
 
     try:
-        leaf = store.load().find(name)
+        leaf = store.find(name)
     except StoreError:
         return None
     if leaf is None:
@@ -240,7 +240,7 @@ def _keep_screen(saved: Saved, name: str, old: SessionLeaf | None, why: str) -> 
     if store is None:
         return
     try:
-        new = store.load().find(name)
+        new = store.find(name)
         if new is None:
             return
         store.update_session(replaced(new, notice=relaunch_notice(old or new, why)))

@@ -19,7 +19,6 @@ way to becoming its leaf's scrollback).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -31,6 +30,7 @@ from restore.store._rules import (
     check_leaf_host,
     check_leaf_name,
     check_session_name as check_session_name,
+    child_key,
 )
 
 
@@ -114,13 +114,13 @@ class SavedOutput:
     @property
     def key(self) -> tuple[str, str, int]:
         """Its child, as ``ref_key`` gives a leaf's."""
-        return (os.path.normpath(self.socket), self.instance_id, self.child_id)
+        return child_key(self.socket, self.instance_id, self.child_id)
 
 
 def ref_key(ref: RestorationRef) -> tuple[str, str, int]:
     """The child a ref names (the pid is never trusted): daemon socket,
     instance, child id."""
-    return (os.path.normpath(ref.socket), ref.instance_id, ref.child_id)
+    return child_key(ref.socket, ref.instance_id, ref.child_id)
 
 
 @attrs.frozen
@@ -203,7 +203,9 @@ class Arrangement:
 
     def without_session(self, name: str) -> Arrangement:
         """Without the leaf called ``name`` (KeyError if none). A split left with
-        one child is replaced by that child; a tab or window left empty goes."""
+        one child is replaced by that child; a tab left empty goes, and so
+        does the window that held it if that empties it (another window
+        with no tabs stays as it was)."""
         if self.find(name) is None:
             raise KeyError(name)
         windows = []
@@ -215,7 +217,7 @@ class Arrangement:
                     tabs.append(t)
                 elif root is not None:
                     tabs.append(attrs.evolve(t, root=root))
-            if not tabs:
+            if not tabs and w.tabs:
                 continue
             same = all(a is b for a, b in zip(tabs, w.tabs, strict=False))
             windows.append(w if same and len(tabs) == len(w.tabs) else attrs.evolve(w, tabs=tabs))

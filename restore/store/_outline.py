@@ -2,19 +2,23 @@
 their bytes fields, from ``sqlite3`` and ``json`` alone, as plain twins of
 ``SessionLeaf`` (``_light_model``, generated), without the converter, attrs
 or cattrs. A command that only looks names, refs and states up (``ls``,
-``peek``, ``attach``) starts in a fraction of the time. ``new`` adds its
-session the same way (``add_saved``: ``ArrangementStore.add_session``'s
-change, on the document as JSON), held to the store by a property test.
+``peek``, ``attach``) starts in a fraction of the time, and one that looks
+up one session (by name or by the child it refers to) reads that session's
+rows only. ``new`` adds its session the same way (``add_saved``:
+``ArrangementStore.add_session``'s rows), held to the store by a property
+test.
 
 It reads only what it is sure of, and says None for anything else: no
-file there is no session saved; a file of another schema version, one with
-closes pending, a document or row it does not expect, or any error of
-SQLite is the whole store's to open (``ArrangementStore``), which migrates,
-finishes, quarantines or says what is wrong. What it returns is what
-``ArrangementStore.load().leaves()`` returns, field for field
-(``tests/restore/store/test_outline.py``): the same rules for values
+file there is no session saved; a file of another schema version (an
+older one is the whole store's to migrate), one with closes pending, a row
+it does not expect, or any error of SQLite is the whole store's to open
+(``ArrangementStore``), which migrates, finishes, quarantines or says what
+is wrong. What it returns is what ``ArrangementStore.load().leaves()``
+returns, field for field, or for some sessions what ``find`` returns for
+each (``tests/restore/store/test_outline.py``): the same rules for values
 (``_schema``'s exact types, unknown fields ignored), names (``_rules``),
-duplicates and bytes (cut to ``SCROLLBACK_LIMIT`` as the model cuts them).
+the layout (``_tree``, the store's own reader of it) and bytes (cut to
+``SCROLLBACK_LIMIT`` as the model cuts them).
 """
 
 from __future__ import annotations
@@ -33,16 +37,29 @@ from restore.store._rules import (
     bounded_scrollback,
     check_leaf_host,
     check_leaf_name,
+    child_key,
     exact,
+    ref_columns,
+    to_column,
+)
+from restore.store._tree import (
+    add_tab,
+    names_beginning,
+    other_hosts_names,
+    ref_sockets,
+    referring,
+    shape,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable
     from pathlib import Path
     from typing import Any
 
     from restore.store._model import SessionLeaf
+
+    Key = tuple[str, str, int]  # a child, as ref_key gives it
 
 # A busy writer holds the file this long at most before the read gives up
 # and leaves it to the whole store (which waits BUSY_TIMEOUT).
@@ -60,44 +77,17 @@ class _NotSure(Exception):
     """What the light read does not vouch for: the whole store's to read."""
 
 
-def _nodes(doc: Any) -> Iterator[dict[str, Any]]:
-    """The session nodes of the document, in ``Arrangement.leaves`` order:
-    windows, then tabs, then the split tree depth first."""
-    if type(doc) is not dict or type(doc.get("windows", [])) is not list:
+def _leaf(name: object, text: object) -> SessionLeaf:
+    """The session row ``name``'s leaf, without its bytes fields, as the
+    store's converter reads it (``_rows._leaf``)."""
+    if type(text) is not str:
         raise _NotSure
-    for window in doc.get("windows", []):
-        if type(window) is not dict or type(window.get("tabs")) is not list:
-            raise _NotSure
-        if not isinstance(window.get("name"), str):
-            raise _NotSure
-        for tab in window["tabs"]:
-            if type(tab) is not dict or not isinstance(tab.get("title", ""), str):
-                raise _NotSure
-            yield from _walk(tab.get("root"))
-
-
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    try:
+        node = json.loads(text)
+    except (ValueError, RecursionError):
+        raise _NotSure from None
     if type(node) is not dict:
         raise _NotSure
-    if node.get("kind") == "session":
-        yield node
-        return
-    children, sizes = node.get("children"), node.get("sizes")
-    if node.get("kind") != "split" or type(node.get("vertical")) is not bool:
-        raise _NotSure
-    if type(children) is not list or not children:
-        raise _NotSure
-    if sizes is not None and (
-        type(sizes) is not list
-        or len(sizes) != len(children)
-        or not all(type(s) in (int, float) for s in sizes)
-    ):
-        raise _NotSure
-    for child in children:
-        yield from _walk(child)
-
-
-def _leaf(node: dict[str, Any], saved: dict[str, dict[str, bytes]]) -> SessionLeaf:
     fields = {k: v for k, v in node.items() if k not in BYTES_FIELDS and k != "kind"}
     try:
         leaf = _LEAF(fields)
@@ -105,29 +95,92 @@ def _leaf(node: dict[str, Any], saved: dict[str, dict[str, bytes]]) -> SessionLe
         check_leaf_host(leaf.name, leaf.host)
     except Exception:
         raise _NotSure from None
-    for field, data in saved.get(leaf.name, {}).items():
-        setattr(leaf, field, bounded_scrollback(data))
+    if leaf.name != name:
+        raise _NotSure
     return leaf  # type: ignore[no-any-return]
 
 
-def _read(conn: sqlite3.Connection) -> list[SessionLeaf]:
+def _filled(leaf: SessionLeaf, rows: Iterable[tuple[object, object, object]]) -> SessionLeaf:
+    """``leaf`` with its saved bytes fields (``rows``: name, field, data)."""
+    for _name, field, data in rows:
+        # As the whole store reads them: rows it does not know are skipped.
+        if field in BYTES_FIELDS and isinstance(data, bytes):
+            setattr(leaf, str(field), bounded_scrollback(data))
+    return leaf
+
+
+def _check(conn: sqlite3.Connection) -> None:
+    """In a transaction the caller began: a file of this schema, with no
+    close pending (the whole store finishes those)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or row[0] != SCHEMA_VERSION:
+        raise _NotSure
+    if conn.execute("SELECT 1 FROM pending_closes LIMIT 1").fetchone() is not None:
+        raise _NotSure
+
+
+def _read_all(conn: sqlite3.Connection) -> list[SessionLeaf]:
     conn.execute("BEGIN")  # one read transaction: one committed state
     try:
-        parsed = _document(conn)
-        if conn.execute("SELECT 1 FROM pending_closes LIMIT 1").fetchone() is not None:
-            raise _NotSure
-        rows = conn.execute("SELECT name, field, data FROM leaf_bytes").fetchall()
+        _check(conn)
+        windows = conn.execute("SELECT id, name FROM windows ORDER BY id").fetchall()
+        tabs = conn.execute(
+            "SELECT id, window, title, root FROM tabs ORDER BY window, id"
+        ).fetchall()
+        rows = conn.execute("SELECT name, tab, leaf FROM sessions").fetchall()
+        saved = conn.execute("SELECT name, field, data FROM leaf_bytes").fetchall()
     finally:
         conn.execute("COMMIT")
-    saved: dict[str, dict[str, bytes]] = {}
-    for name, field, data in rows:
-        # As the whole store reads them: rows it does not know are skipped.
-        if isinstance(name, str) and field in BYTES_FIELDS and isinstance(data, bytes):
-            saved.setdefault(name, {})[field] = data
-    leaves = [_leaf(node, saved) for node in _nodes(parsed)]
-    if len({leaf.name for leaf in leaves}) != len(leaves):
-        raise _NotSure  # two sessions of one name: the store says so
-    return leaves
+    texts: dict[str, object] = {}
+    tab_of: dict[str, object] = {}
+    for name, tab, text in rows:
+        if not isinstance(name, str) or type(tab) is not int:
+            raise _NotSure
+        texts[name], tab_of[name] = text, tab
+    order: list[str] = []
+    try:
+        shape(windows, tabs, tab_of, order.append, lambda *_: None)
+    except ValueError:
+        raise _NotSure from None
+    by_name: dict[str, list[tuple[object, object, object]]] = {}
+    for row in saved:
+        by_name.setdefault(row[0], []).append(row)
+    return [_filled(_leaf(name, texts[name]), by_name.get(name, ())) for name in order]
+
+
+def _read_some(
+    conn: sqlite3.Connection, names: Iterable[str], refs: Iterable[Key], prefix: str | None
+) -> list[SessionLeaf]:
+    """As ``ArrangementStore.sessions(names, refs)``, with the bytes fields
+    as ``ArrangementStore.find`` gives them (and first the sessions whose
+    names begin with ``prefix``)."""
+    found: dict[str, SessionLeaf] = {}
+    conn.execute("BEGIN")
+    try:
+        _check(conn)
+        if prefix is not None:
+            names = [*names_beginning(conn, prefix), *names]
+        for name in names:
+            row = conn.execute(
+                "SELECT leaf FROM sessions WHERE name = ?", (to_column(name),)
+            ).fetchone()
+            if row is not None and name not in found:
+                found[name] = _leaf(name, row[0])
+        for key in refs:
+            want = child_key(*key)
+            for row_name, text in referring(conn, key):
+                leaf = _leaf(row_name, text)
+                ref = leaf.ref
+                if ref is not None and child_key(ref.socket, ref.instance_id, ref.child_id) == want:
+                    found.setdefault(leaf.name, leaf)
+        for leaf in found.values():
+            rows = conn.execute(
+                "SELECT name, field, data FROM leaf_bytes WHERE name = ?", (leaf.name,)
+            ).fetchall()
+            _filled(leaf, rows)
+    finally:
+        conn.execute("COMMIT")
+    return list(found.values())
 
 
 def _connect(state: Path) -> sqlite3.Connection | None:
@@ -151,20 +204,6 @@ def _connect(state: Path) -> sqlite3.Connection | None:
         return None
 
 
-def _document(conn: sqlite3.Connection) -> Any:
-    """The document, parsed, in a transaction the caller began."""
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or row[0] != SCHEMA_VERSION:
-        raise _NotSure
-    doc = conn.execute("SELECT doc FROM arrangement WHERE id = 1").fetchone()
-    if doc is None or type(doc[0]) is not str:
-        raise _NotSure
-    try:
-        return json.loads(doc[0])
-    except (ValueError, RecursionError):
-        raise _NotSure from None
-
-
 def _as_json(twin: Any) -> Any:
     """A twin (a leaf, a ref) as the store's converter writes it: its
     fields in order, records nested; the bytes fields live elsewhere."""
@@ -180,8 +219,9 @@ def _as_json(twin: Any) -> Any:
 def add_saved(state: Path, leaf: SessionLeaf, window: str = "main") -> bool:
     """Add ``leaf`` (a twin, with no bytes fields) as a new tab at the end of
     ``window`` (made at the end if missing), as ``add_session`` does, in one
-    write transaction. False, with nothing written, when the whole store
-    must do it: a name taken, or anything ``read_saved`` is not sure of."""
+    write transaction that reads and writes that session's rows only.
+    False, with nothing written, when the whole store must do it: a name
+    taken, or a file ``read_saved`` would not be sure of."""
     if leaf.scrollback is not None or leaf.notice is not None:
         return False
     conn = _connect(state)
@@ -190,22 +230,21 @@ def add_saved(state: Path, leaf: SessionLeaf, window: str = "main") -> bool:
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            doc = _document(conn)
-            names = [_leaf(node, {}).name for node in _nodes(doc)]
-            if leaf.name in names or len(set(names)) != len(names):
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None or row[0] != SCHEMA_VERSION:
                 raise _NotSure
             check_leaf_name(leaf.name)
             check_leaf_host(leaf.name, leaf.host)
-            tab = {"root": {**_as_json(leaf), "kind": "session"}, "title": ""}
-            windows = doc.setdefault("windows", [])
-            target = next((w for w in windows if w["name"] == window), None)
-            if target is None:
-                windows.append({"name": window, "tabs": [tab]})
-            else:
-                target["tabs"].append(tab)
             # As the store's converter writes it: ASCII, surrogates escaped.
-            text = json.dumps(doc, separators=(",", ":"))
-            conn.execute("UPDATE arrangement SET doc = ? WHERE id = 1", (text,))
+            text = json.dumps(_as_json(leaf), separators=(",", ":"))
+            ref = leaf.ref
+            refs = (
+                (None,) * 3
+                if ref is None
+                else ref_columns(ref.socket, ref.instance_id, ref.child_id)
+            )
+            if not add_tab(conn, leaf.name, text, refs, window):
+                raise _NotSure  # taken
             conn.execute("DELETE FROM leaf_bytes WHERE name = ?", (leaf.name,))
         except BaseException:
             conn.execute("ROLLBACK")
@@ -218,16 +257,54 @@ def add_saved(state: Path, leaf: SessionLeaf, window: str = "main") -> bool:
         conn.close()
 
 
-def read_saved(state: Path) -> list[SessionLeaf] | None:
+def read_saved(
+    state: Path,
+    *,
+    names: Iterable[str] | None = None,
+    refs: Iterable[Key] | None = None,
+    prefix: str | None = None,
+) -> list[SessionLeaf] | None:
     """The saved sessions in the state dir ``state`` (``[]`` when no store
-    is there yet); None when the whole store must be opened to tell."""
+    is there yet), in the arrangement's order; None when the whole store
+    must be opened to tell. With ``names`` or ``refs``, only the sessions
+    called one of ``names`` (in that order), then those whose ref names
+    one of the children ``refs`` (each as ``ref_key`` gives it), each once,
+    reading their rows only: ``ArrangementStore.sessions``, with the bytes
+    fields ``ArrangementStore.find`` gives. ``prefix``: the sessions whose
+    names begin with it come first among ``names``."""
     if not os.path.lexists(os.path.join(state, FILE_NAME)):
         return []
     conn = _connect(state)
     if conn is None:
         return None  # empty, cut short, not SQLite, not ours to open: the store says
     try:
-        return _read(conn)
+        if names is None and refs is None and prefix is None:
+            return _read_all(conn)
+        return _read_some(conn, list(names or ()), list(refs or ()), prefix)
+    except (_NotSure, sqlite3.Error):
+        return None
+    finally:
+        conn.close()
+
+
+def read_index(state: Path) -> tuple[list[str], list[str]] | None:
+    """What a command about one session needs of every saved one, without
+    reading any: the names of the other hosts' sessions (``HOST:NAME``), and
+    the daemon sockets this host's sessions refer to (normalised). ``([],
+    [])`` when no store is there yet; None when the whole store must be
+    opened to tell."""
+    if not os.path.lexists(os.path.join(state, FILE_NAME)):
+        return [], []
+    conn = _connect(state)
+    if conn is None:
+        return None
+    try:
+        conn.execute("BEGIN")
+        try:
+            _check(conn)
+            return other_hosts_names(conn), ref_sockets(conn)
+        finally:
+            conn.execute("COMMIT")
     except (_NotSure, sqlite3.Error):
         return None
     finally:

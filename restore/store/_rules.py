@@ -5,6 +5,7 @@ file to the same rules without attrs or cattrs."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from multiserver import KEPT_OUTPUT, NAME_RE, safe_start
@@ -15,9 +16,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 FILE_NAME = "arrangement.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the document.
+# The bytes fields of SessionLeaf, kept in leaf_bytes rather than in the session's row.
 BYTES_FIELDS = ("scrollback", "notice")
 # What a restore replays of a session: what its output file keeps.
 SCROLLBACK_LIMIT = KEPT_OUTPUT
@@ -29,6 +30,49 @@ def bounded_scrollback(data: bytes) -> bytes:
     if len(data) <= SCROLLBACK_LIMIT:
         return bytes(data)
     return bytes(data[safe_start(data, len(data) - SCROLLBACK_LIMIT) :])
+
+
+def child_key(socket: str, instance_id: str, child_id: int) -> tuple[str, str, int]:
+    """The child a ref names (``ref_key``): its daemon's socket as one
+    spelling of its path, that daemon's run, the daemon's id for it."""
+    return (os.path.normpath(socket), instance_id, child_id)
+
+
+def to_column(text: str) -> str | bytes:
+    """``text`` as a TEXT column of the file keeps it: itself, or, if it
+    holds lone surrogates (a path or argv decoded with surrogateescape),
+    which SQLite's UTF-8 cannot carry, its bytes in UTF-8 with
+    surrogatepass (a BLOB). One text is always one value, so it can be
+    looked up by."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+    return text
+
+
+def from_column(value: object) -> str | None:
+    """What ``to_column`` made ``value`` of; None if it made nothing like it."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            text = value.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return None
+        return text if to_column(text) == value else None
+    return None
+
+
+def ref_columns(
+    socket: str, instance_id: str, child_id: int
+) -> tuple[str | bytes, str | bytes, int | None]:
+    """The columns a session is looked up by the child it refers to:
+    ``child_key``'s parts as the file keeps them (a child id SQLite cannot
+    hold is none: no daemon gives one)."""
+    socket, instance_id, child_id = child_key(socket, instance_id, child_id)
+    child = child_id if -(2**63) <= child_id < 2**63 else None
+    return to_column(socket), to_column(instance_id), child
 
 
 # A host's name, as ``multiserver host add`` takes it (the part before ":").

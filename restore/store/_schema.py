@@ -1,45 +1,70 @@
-"""The format of the arrangement file: its tables, the JSON document in one of
-them with the store's one cattrs converter for it, and the SQL that creates,
-migrates, checks, reads and writes them. ``ArrangementStore`` (``_store``)
-calls these inside its transactions (``_prepare`` runs its own, on opening).
-They raise ``StoreCorrupt`` for what is not what we wrote and let sqlite3 and
-OS errors through to the store's one translation boundary (``_errors``).
+"""The format of the arrangement file: its tables, the JSON in them with
+the store's one cattrs converter for it, and the SQL that reads and writes
+the rows other than the arrangement's own (``_rows``: windows, tabs,
+sessions). ``_file`` creates, checks and migrates the file. They raise
+``StoreCorrupt`` for what is not what we wrote and let sqlite3 and OS
+errors through to the store's one translation boundary (``_errors``).
 
-Schema, version 1::
+Schema, version 2::
 
-    meta(key TEXT PRIMARY KEY, value)          -- ('schema_version', 1)
-    arrangement(id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL)
+    meta(key TEXT PRIMARY KEY, value)          -- ('schema_version', 2)
+    windows(id INTEGER PRIMARY KEY, name TEXT NOT NULL)
+    tabs(id INTEGER PRIMARY KEY, window INTEGER NOT NULL, title TEXT NOT NULL,
+         root TEXT NOT NULL)
+    sessions(name TEXT PRIMARY KEY, tab INTEGER NOT NULL, leaf TEXT NOT NULL,
+             ref_socket TEXT, ref_instance TEXT, ref_child INTEGER)
     leaf_bytes(name TEXT NOT NULL, field TEXT NOT NULL, data BLOB NOT NULL,
                PRIMARY KEY (name, field))
     pending_closes(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
                    ref TEXT, staged_at REAL NOT NULL)
+    INDEX windows_name ON windows(name)
+    INDEX tabs_window ON tabs(window)
+    INDEX sessions_tab ON sessions(tab)
+    INDEX sessions_ref ON sessions(ref_instance, ref_child)
 
-``arrangement.doc`` is the whole ``Arrangement`` as one JSON document, leaves
-without their bytes fields; nodes of the split tree carry ``"kind": "split"`` or
-``"kind": "session"``. A leaf's bytes fields (``scrollback``, ``notice``) live
-in ``leaf_bytes``, one BLOB per (session name, field), because each is up to
-256 KiB a session against a few hundred bytes of everything else: kept in the
-document (base64) they would be decoded, re-encoded and rewritten by every
-``add_session``, a third bigger, for data that change did not touch.
-``pending_closes.ref`` is a ``RestorationRef`` as JSON (NULL for a session that
-never had a child).
+The arrangement is kept by session, so that a change to one session reads
+and writes a few rows however many are saved. Its order is the rows':
+windows by ``id``, a window's tabs by ``id``, and in each tab the split tree
+``root`` depth first. ``root`` is the tree as JSON whose leaves only name
+their sessions (``{"kind": "session", "name": N}``; ``_tree`` reads it), so
+a session's own row changes without its tab's. ``sessions.leaf`` is the
+``SessionLeaf`` as this converter writes it, without its bytes fields;
+``ref_socket`` (normalised as ``ref_key`` gives it), ``ref_instance`` and
+``ref_child`` are its ``ref``, copied out to be looked up by
+(``sessions_ref``): a session is found by name or by the child it refers
+to without reading the others. ``tab`` is the tab whose ``root`` names
+it. A new window or tab takes the next ``id``, so it comes last.
 
-Unknown JSON fields are ignored at every version; missing optional ones take
-their defaults.
+JSON is written with ``ensure_ascii``: a path or argv decoded with
+surrogateescape holds lone surrogates, which SQLite's UTF-8 text cannot
+carry, and ``\\udcXX`` escapes can. A column that holds such a text itself
+(a window's name, a tab's title, a ref's socket) holds it as the bytes of
+its UTF-8 with surrogatepass, a BLOB (``_rules.to_column``).
 
-A file of an older schema version is migrated when opened, in one transaction
-(``_MIGRATIONS``).
+A leaf's bytes fields (``scrollback``, ``notice``) live in ``leaf_bytes``,
+one BLOB per (session name, field): each is up to 256 KiB a session, against
+a few hundred bytes of everything else, and most changes do not touch them.
+``pending_closes.ref`` is a ``RestorationRef`` as JSON (NULL for a session
+that never had a child).
+
+Unknown JSON fields, tables and columns are ignored at every version;
+missing optional fields take their defaults.
+
+Version 1 kept the whole arrangement as one JSON document, in
+``arrangement(id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL)``
+(nodes of the tree tagged ``"kind": "split"`` or ``"session"``, leaves
+whole): every change read, structured and rewrote all of it. A version-1
+file is migrated when opened, in one transaction (``_file._MIGRATIONS``),
+and its ``arrangement`` table dropped: a multiserver that knows only
+version 1 then finds a file newer than it knows, which it reads as far as
+it can and never writes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -50,28 +75,29 @@ from cattrs.strategies import configure_tagged_union
 
 from restore.store._errors import StoreCorrupt
 from restore.store._model import Arrangement, RestorationRef, SessionLeaf, Split
-from restore.store._rules import (
-    BYTES_FIELDS as _BYTES_FIELDS,
-    SCHEMA_VERSION as SCHEMA_VERSION,
-    SQLITE_MAGIC as _SQLITE_MAGIC,
-    exact,
-)
+from restore.store._rules import BYTES_FIELDS as _BYTES_FIELDS, exact
 
 _T = TypeVar("_T")
 
-# _MIGRATIONS[n] turns a version-n file into a version-(n + 1) one, inside the
-# transaction that opens it. Version 1 is the first, so there are none yet.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
-
-_HEADER_SIZE = 100
-_TABLES = ("meta", "arrangement", "leaf_bytes", "pending_closes")
-_CREATE = (
+TABLES = ("meta", "windows", "tabs", "sessions", "leaf_bytes", "pending_closes")
+CREATE = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value)",
-    "CREATE TABLE arrangement (id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL)",
     "CREATE TABLE leaf_bytes (name TEXT NOT NULL, field TEXT NOT NULL,"
     " data BLOB NOT NULL, PRIMARY KEY (name, field))",
     "CREATE TABLE pending_closes (id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " name TEXT NOT NULL, ref TEXT, staged_at REAL NOT NULL)",
+)
+# What version 2 added (and the migration from version 1 makes).
+CREATE_ROWS = (
+    "CREATE TABLE windows (id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+    "CREATE TABLE tabs (id INTEGER PRIMARY KEY, window INTEGER NOT NULL,"
+    " title TEXT NOT NULL, root TEXT NOT NULL)",
+    "CREATE TABLE sessions (name TEXT PRIMARY KEY, tab INTEGER NOT NULL, leaf TEXT NOT NULL,"
+    " ref_socket TEXT, ref_instance TEXT, ref_child INTEGER)",
+    "CREATE INDEX windows_name ON windows (name)",
+    "CREATE INDEX tabs_window ON tabs (window)",
+    "CREATE INDEX sessions_tab ON sessions (tab)",
+    "CREATE INDEX sessions_ref ON sessions (ref_instance, ref_child)",
 )
 
 # --- the store's own converter ----------------------------------------------------
@@ -187,194 +213,19 @@ def _insert_pending(
     )
 
 
-# --- the file and its tables ------------------------------------------------------
+# --- version 1 -----------------------------------------------------------------------------
 
 
-def _wal_has_data(path: Path) -> bool:
-    try:
-        return os.path.getsize(f"{path}-wal") > 0
-    except OSError:
-        return False
-
-
-def _check_file(path: Path) -> None:
-    """StoreCorrupt for a file whose data is plainly gone, or that is not
-    SQLite: empty (this store never leaves an empty file: ``_create_fresh``),
-    shorter than its own header says, or without the SQLite header. Checked
-    before SQLite sees the file: closing a connection to a file it cannot
-    read still makes SQLite delete the -wal and -shm beside it. A file with
-    a -wal that holds data is left to SQLite: its pages may be there."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with open(fd, "rb") as f:
-        head = f.read(_HEADER_SIZE)
-        size = os.fstat(fd).st_size
-    in_wal = _wal_has_data(path)
-    if not head:
-        if in_wal:
-            return
-        raise StoreCorrupt("the file is empty (0 bytes): the sessions saved in it are gone")
-    if head[: len(_SQLITE_MAGIC)] != _SQLITE_MAGIC:
-        raise StoreCorrupt("file is not a database (no SQLite header)")
-    if in_wal:
-        return
-    if len(head) < _HEADER_SIZE:
-        raise StoreCorrupt(f"the file is cut short ({size} bytes): the data saved in it is gone")
-    page_size = int.from_bytes(head[16:18], "big")
-    pages = int.from_bytes(head[28:32], "big")
-    # The page count is valid when the change counter matches "version valid for".
-    if pages and head[24:28] == head[92:96]:
-        want = (65536 if page_size == 1 else page_size) * pages
-        if size < want:
-            raise StoreCorrupt(
-                f"the file is cut short ({size} of {want} bytes): part of the data saved in it"
-                " is gone"
-            )
-
-
-def _create_fresh(path: Path) -> None:
-    """Make a new, empty store at ``path`` unless a file is there by then."""
-    with _fresh_file(path):
-        pass
-
-
-@contextlib.contextmanager
-def _fresh_file(
-    path: Path, fill: Callable[[sqlite3.Connection], None] | None = None
-) -> Iterator[None]:
-    """Build a new store (0600, in a dir made 0700) aside, with ``fill`` run
-    in its first transaction; on leaving the block, link it into place at
-    ``path`` unless a file is there by then. Whole or not at all, so no
-    crash leaves ``path`` empty or half made: an empty file is always one
-    whose data was lost."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f"{path.name}.new-{os.getpid()}-{threading.get_ident()}")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    os.close(fd)
-    try:
-        conn = sqlite3.connect(tmp, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for stmt in _CREATE:
-                conn.execute(stmt)
-            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            conn.execute("INSERT INTO arrangement VALUES (1, ?)", (_dump(Arrangement()),))
-            if fill is not None:
-                fill(conn)
-            conn.execute("COMMIT")
-        finally:
-            _rollback(conn)
-            conn.close()
-        yield
-        with contextlib.suppress(FileExistsError):  # another process made one first
-            os.link(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    return {str(r[0]) for r in rows}
-
-
-def _version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None:
-        raise StoreCorrupt("meta has no schema_version")
-    value = row[0]
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if not isinstance(value, int) or value < 1:
-        raise StoreCorrupt(f"schema_version {value!r} is not a version this store writes")
-    return value
-
-
-def _check_tables(conn: sqlite3.Connection) -> None:
-    missing = [t for t in _TABLES if t not in _tables(conn)]
-    if missing:
-        raise StoreCorrupt(f"missing table(s): {', '.join(missing)}")
-
-
-def _prepare(conn: sqlite3.Connection) -> int:
-    """Create the tables of an empty file or migrate an older one; return the
-    file's schema version. Looks first in a read transaction and takes the write
-    lock only when there is something to write."""
-    conn.execute("PRAGMA journal_mode = WAL")
-    for lock in ("BEGIN", "BEGIN IMMEDIATE"):
-        conn.execute(lock)
-        try:
-            tables = _tables(conn)
-            version = SCHEMA_VERSION if not tables else _version_of(conn, tables)
-            if version > SCHEMA_VERSION:
-                conn.execute("COMMIT")
-                return version
-            if tables and version == SCHEMA_VERSION:
-                _check_tables(conn)
-                conn.execute("COMMIT")
-                return version
-            if lock == "BEGIN":
-                conn.execute("ROLLBACK")
-                continue  # again, holding the write lock: someone may have beaten us
-            if not tables:
-                for stmt in _CREATE:
-                    conn.execute(stmt)
-                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-                conn.execute("INSERT INTO arrangement VALUES (1, ?)", (_dump(Arrangement()),))
-            else:
-                for v in range(version, SCHEMA_VERSION):
-                    _MIGRATIONS[v](conn)
-                conn.execute(
-                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,)
-                )
-                _check_tables(conn)
-            conn.execute("COMMIT")
-            return SCHEMA_VERSION
-        except BaseException:
-            _rollback(conn)
-            raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _version_of(conn: sqlite3.Connection, tables: set[str]) -> int:
-    if "meta" not in tables:
-        raise StoreCorrupt(f"not an arrangement store (tables: {', '.join(sorted(tables))})")
-    version = _version(conn)
-    missing = [v for v in range(version, SCHEMA_VERSION) if v not in _MIGRATIONS]
-    if missing:
-        raise StoreCorrupt(f"no migration from schema_version {missing[0]}")
-    return version
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
-# The last document read and what it structures to. Opening a
-# store checks the document, `restore` then loads it and the closing sweep
-# loads it again: with 1,000 sessions each structuring costs 30-40 ms. The
-# model's values are immutable (frozen classes, never changed in place), so
-# one of them can be handed out again while the text is the same.
-_last_doc: tuple[object, Arrangement] | None = None
-
-
-def _read_doc(conn: sqlite3.Connection) -> Arrangement:
-    global _last_doc
+def read_v1_document(conn: sqlite3.Connection) -> Arrangement:
+    """The arrangement of a version-1 file (its one document), for the
+    migration and for salvage."""
     row = conn.execute("SELECT doc FROM arrangement WHERE id = 1").fetchone()
     if row is None:
         raise StoreCorrupt("the arrangement row is missing")
-    raw = row[0]
-    last = _last_doc
-    if last is not None and type(last[0]) is type(raw) and last[0] == raw:
-        return last[1]
-    arr = _structure(raw, Arrangement, "the arrangement")
-    _last_doc = (raw, arr)
-    return arr
+    return _structure(row[0], Arrangement, "the arrangement")
 
 
-def _write_doc(conn: sqlite3.Connection, arr: Arrangement) -> None:
-    conn.execute("UPDATE arrangement SET doc = ? WHERE id = 1", (_dump(arr),))
+# --- bytes fields --------------------------------------------------------------------------
 
 
 def _put_bytes(conn: sqlite3.Connection, leaf: SessionLeaf) -> None:

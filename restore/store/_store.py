@@ -1,28 +1,40 @@
 """The saved arrangement on disk: one SQLite file, ``<state dir>/arrangement.sqlite3``,
 opened, read and changed through ``ArrangementStore``: its transactions, its
 versions, quarantine of a corrupt file, and the durable close. The file's
-format (tables, the JSON document and its converter, the SQL) is in
-``_schema``; the errors, and the one boundary translating sqlite3 and OS
-errors into them, are in ``_errors``.
+format (tables, the JSON in them and its converter) is in ``_schema``; the
+arrangement's rows are read and written by ``_rows``; the file is checked,
+made and migrated by ``_file``; the errors, and the one boundary translating
+sqlite3 and OS errors into them, are in ``_errors``.
+
+By session. The arrangement is kept a row per session (``_schema``), so a
+call about one session (``find``, ``sessions``, ``add_session``,
+``remove_session``, ``update_session``, ``stage_close``, ``save_outputs``)
+reads and writes that session's rows, its tab's and at most its window's,
+by their indexes: it costs the same with one session saved or thousands.
+``load``, ``save`` and ``modify`` are about the whole arrangement and read
+(or write) all of it; ``modify`` writes only the rows that changed.
 
 Transactions. The file is in WAL mode and every change is one
-``BEGIN IMMEDIATE ... COMMIT`` that reads the document, changes it and writes
-it back, so two processes changing it at once both land: the second waits for
+``BEGIN IMMEDIATE ... COMMIT`` that reads the rows it changes and writes them
+back, so two processes changing it at once both land: the second waits for
 the first (busy timeout ``BUSY_TIMEOUT``) and then reads what the first wrote.
 Reads run in one read transaction, so they see one committed state.
 
 Versions. A file of an older schema version is migrated when opened, in one
-transaction (``_schema._MIGRATIONS``). A file of a newer version is read as far
+transaction (``_file._MIGRATIONS``). A file of a newer version is read as far
 as this code understands it (unknown tables, columns and JSON fields are
 ignored, missing optional fields take their defaults) and is never written:
 ``read_only`` is True and every change raises ``StoreTooNew``, so a newer
 multiserver's data is not cut down to what this one knows.
 
 Corruption. A file that is not SQLite, lacks one of the tables, has no usable
-``schema_version``, or holds JSON that does not parse or does not structure
-raises ``StoreCorrupt`` (one line). ``open`` checks all of that except the
-``leaf_bytes`` rows (reading every saved scrollback on each open would cost
-more than it finds), so ``load`` can still raise it for a damaged page there.
+``schema_version``, holds JSON that does not parse or does not structure, or
+rows that do not hold together (a tab naming a session saved elsewhere, say)
+raises ``StoreCorrupt`` (one line). ``open`` checks the file, its tables,
+version and pending closes; a session's rows and bytes are checked by the
+first call that reads them (reading every session on each open would make
+every command cost what the number of sessions saved costs), and ``load``
+reads them all.
 A file without the SQLite header is refused before SQLite opens it: closing a
 connection to a file it cannot read still makes SQLite delete the ``-wal`` and
 ``-shm`` beside it. ``open_or_quarantine`` moves a corrupt file, with its
@@ -47,7 +59,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,30 +67,43 @@ import attrs
 
 from multiserver import ensure_private_dir, state_dir
 from restore.store._errors import StoreCorrupt, StoreTooNew, _translated
-from restore.store._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf, ref_key
+from restore.store._file import (
+    SCHEMA_VERSION,
+    _check_file,
+    _create_fresh,
+    _fresh_file,
+    _prepare,
+    _rollback,
+    _version,
+)
+from restore.store._model import Arrangement, RestorationRef, SavedOutput, SessionLeaf
+from restore.store._rows import (
+    Key,
+    add_row,
+    clear_rows,
+    drop_row,
+    find_row,
+    modify_rows,
+    read_rows,
+    rows_by_ref,
+    rows_named_or_referred,
+    update_row,
+    write_rows,
+)
 from restore.store._rules import FILE_NAME as FILE_NAME
 from restore.store._salvage import salvage
 from restore.store._schema import (
-    SCHEMA_VERSION,
     PendingClose,
-    _check_file,
-    _create_fresh,
     _drop_bytes,
     _filled,
-    _fresh_file,
     _insert_pending,
-    _prepare,
     _put_bytes,
     _put_scrollback,
-    _read_doc,
     _read_pending,
-    _rollback,
     _saved_bytes,
     _scrollback,
     _structure,
-    _version,
     _with_bytes,
-    _write_doc,
 )
 
 BUSY_TIMEOUT = 5.0  # seconds a change waits for another process's transaction
@@ -147,9 +172,10 @@ class ArrangementStore:
     used from several threads: its calls take turns.
 
     A store from ``open_or_quarantine`` mends itself: a call that finds the
-    file damaged (a page of ``leaf_bytes`` that ``open`` does not read, say)
-    moves it aside, starts a fresh file with what could be read of it, says
-    so to ``on_warning`` (one line), and is run again on the fresh file.
+    file damaged (a session's row, or a page of ``leaf_bytes``, which
+    ``open`` does not read) moves it aside, starts a fresh file with what
+    could be read of it, says so to ``on_warning`` (one line), and is run
+    again on the fresh file.
     """
 
     _path: Path
@@ -169,15 +195,16 @@ class ArrangementStore:
     def open(cls, path: Path | None = None) -> ArrangementStore:
         """Open (creating if missing) the store at ``path``, by default in the
         state dir (created 0700). Checks the file (empty, cut short, not
-        SQLite), the schema, and that the arrangement and pending closes
-        structure; raises StoreCorrupt, StoreTooNew or StoreError.
+        SQLite), the schema and its tables, and that the pending closes
+        structure, reading no session; raises StoreCorrupt, StoreTooNew or
+        StoreError.
         """
         if path is None:
             path = ensure_private_dir(state_dir()) / FILE_NAME
         conn, version, file = _connect(path)
         try:
             store = cls(path, conn, version, file)
-            store._read(lambda c: (_read_doc(c), _read_pending(c)))
+            store._read(_read_pending)
         except BaseException:
             conn.close()
             raise
@@ -253,13 +280,31 @@ class ArrangementStore:
 
     def load(self) -> Arrangement:
         """The arrangement, with saved scrollback and notices."""
-        return self._read(lambda c: _with_bytes(c, _read_doc(c)))
+        return self._read(lambda c: _with_bytes(c, read_rows(c).arrangement))
 
     def load_outline(self) -> Arrangement:
         """The arrangement without its bytes fields (``scrollback`` and
         ``notice`` None): for a caller that asks who is where, often, and
         would otherwise read every saved scrollback each time."""
-        return self._read(_read_doc)
+        return self._read(lambda c: read_rows(c).arrangement)
+
+    def find(self, name: str) -> SessionLeaf | None:
+        """The saved session ``name``, with its bytes fields; None if there
+        is none. Reads its rows only."""
+
+        def op(c: sqlite3.Connection) -> SessionLeaf | None:
+            leaf = find_row(c, name)
+            return None if leaf is None else _filled(leaf, _saved_bytes(c, name))
+
+        return self._read(op)
+
+    def sessions(self, names: Iterable[str] = (), refs: Iterable[Key] = ()) -> list[SessionLeaf]:
+        """The saved sessions called one of ``names`` (in that order), then
+        those whose ref names one of the children ``refs`` (each as
+        ``ref_key`` gives it), each once, without their bytes fields. Names
+        and refs no session has are left out. Reads their rows only."""
+        names, refs = list(names), list(refs)
+        return self._read(lambda c: rows_named_or_referred(c, names, refs))
 
     def pending_closes(self) -> list[PendingClose]:
         """Closes staged and not completed, oldest first."""
@@ -271,8 +316,9 @@ class ArrangementStore:
         """Replace the whole arrangement, bytes fields included."""
 
         def op(c: sqlite3.Connection) -> None:
-            _write_doc(c, arr)
+            clear_rows(c)
             c.execute("DELETE FROM leaf_bytes")
+            write_rows(c, arr)
             for leaf in arr.leaves():
                 _put_bytes(c, leaf)
 
@@ -282,39 +328,26 @@ class ArrangementStore:
         """Read, ``change``, write: one transaction. ``change`` sees the
         arrangement without its bytes fields; sessions it adds are saved with
         theirs, sessions it keeps keep their saved bytes, sessions it drops
-        lose them. Returns the new arrangement (without bytes fields)."""
-
-        def op(c: sqlite3.Connection) -> Arrangement:
-            old = _read_doc(c)
-            new = change(old)
-            if new is old:
-                return old
-            before = {leaf.name for leaf in old.leaves()}
-            after = {leaf.name: leaf for leaf in new.leaves()}
-            _write_doc(c, new)
-            for name in before - after.keys():
-                _drop_bytes(c, name)
-            for name in after.keys() - before:
-                _put_bytes(c, after[name])
-            return new
-
-        return self._write(op)
+        lose them. Only the rows that changed are written. Returns the new
+        arrangement (without bytes fields)."""
+        return self._write(lambda c: modify_rows(c, change))
 
     def add_session(self, leaf: SessionLeaf, window: str = "main") -> None:
         """Add ``leaf`` as a new tab of ``window`` (see ``Arrangement.with_session``);
         ValueError if the name is taken."""
 
         def op(c: sqlite3.Connection) -> None:
-            _write_doc(c, _read_doc(c).with_session(leaf, window))
+            add_row(c, leaf, window)
             _put_bytes(c, leaf)
 
         self._write(op)
 
     def remove_session(self, name: str) -> None:
-        """Drop the leaf ``name`` (KeyError if none) and its bytes fields."""
+        """Drop the leaf ``name`` (KeyError if none) and its bytes fields
+        (see ``Arrangement.without_session``)."""
 
         def op(c: sqlite3.Connection) -> None:
-            _write_doc(c, _read_doc(c).without_session(name))
+            drop_row(c, name)
             _drop_bytes(c, name)
 
         self._write(op)
@@ -326,24 +359,20 @@ class ArrangementStore:
             raise KeyError(leaf.name)
 
     def update_sessions(self, leaves: Sequence[SessionLeaf]) -> list[str]:
-        """``update_session`` for many leaves in one transaction: the
-        document is read and written once, however many there are (a
-        restore records its relaunches so). Returns the names that are not
-        in the arrangement; nothing is written for those."""
+        """``update_session`` for many leaves in one transaction (a restore
+        records its relaunches so). Returns the names that are not saved;
+        nothing is written for those."""
         by_name = {leaf.name: leaf for leaf in leaves}
         if not by_name:
             return []
 
         def op(c: sqlite3.Connection) -> list[str]:
-            arr = _read_doc(c)
-            present = {leaf.name for leaf in arr.leaves()}
-            missing = [name for name in by_name if name not in present]
-            if len(missing) == len(by_name):
-                return missing
-            _write_doc(c, arr.map_leaves(lambda old: by_name.get(old.name, old)))
+            missing = []
             for leaf in by_name.values():
-                if leaf.name in present:
+                if update_row(c, leaf):
                     _put_bytes(c, leaf)
+                else:
+                    missing.append(leaf.name)
             return missing
 
         return self._write(op)
@@ -353,37 +382,23 @@ class ArrangementStore:
         transaction. Each output goes to the leaf whose ref names its child
         (another child under the same name, e.g. relaunched meanwhile, is not
         touched; an output no leaf refers to is dropped), with its
-        ``exit_code``. A scrollback equal to the saved one is not written
-        again, so saving an idle session costs the disk nothing. Returns the
-        names of the leaves the outputs went to, changed or not."""
+        ``exit_code``; the leaf is found by its ref, without reading the
+        others. A scrollback equal to the saved one is not written again, so
+        saving an idle session costs the disk nothing. Returns the names of
+        the leaves the outputs went to, changed or not."""
         if not outputs:
             return []
         by_child = {o.key: o for o in outputs}
 
         def op(c: sqlite3.Connection) -> list[str]:
-            arr = _read_doc(c)
             found: list[str] = []
-            ended: dict[str, int | None] = {}
-            for leaf in arr.leaves():
-                out = None if leaf.ref is None else by_child.get(ref_key(leaf.ref))
-                if out is None:
-                    continue
-                found.append(leaf.name)
-                if leaf.exit_code != out.exit_code:
-                    ended[leaf.name] = out.exit_code
-                if _scrollback(c, leaf.name) != out.output:
-                    _put_scrollback(c, leaf.name, out.output)
-            if ended:
-                _write_doc(
-                    c,
-                    arr.map_leaves(
-                        lambda leaf: (
-                            attrs.evolve(leaf, exit_code=ended[leaf.name])
-                            if leaf.name in ended
-                            else leaf
-                        )
-                    ),
-                )
+            for key, out in by_child.items():
+                for leaf in rows_by_ref(c, key):
+                    found.append(leaf.name)
+                    if leaf.exit_code != out.exit_code:
+                        update_row(c, attrs.evolve(leaf, exit_code=out.exit_code))
+                    if _scrollback(c, leaf.name) != out.output:
+                        _put_scrollback(c, leaf.name, out.output)
             return found
 
         return self._write(op)
@@ -394,12 +409,8 @@ class ArrangementStore:
         was (with its bytes fields); KeyError if there is none."""
 
         def op(c: sqlite3.Connection) -> SessionLeaf:
-            arr = _read_doc(c)
-            found = arr.find(name)
-            if found is None:
-                raise KeyError(name)
-            leaf = _filled(found, _saved_bytes(c, name))
-            _write_doc(c, arr.without_session(name))
+            saved = _saved_bytes(c, name)
+            leaf = _filled(drop_row(c, name), saved)
             _drop_bytes(c, name)
             _insert_pending(c, name, leaf.ref, time.time())
             return leaf

@@ -288,13 +288,15 @@ async def test_store_on_a_full_file_system(ms_dirs: MsDirs) -> None:
 # --- a damaged store ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("table", ["meta", "arrangement", "leaf_bytes", "pending_closes"])
+@pytest.mark.parametrize(
+    "table", ["meta", "windows", "tabs", "sessions", "leaf_bytes", "pending_closes"]
+)
 async def test_one_damaged_table_quarantines_the_file(ms_dirs: MsDirs, table: str) -> None:
     """The file is moved aside (kept whole) with a one-line warning, and a
     fresh one holds what could be read: the sessions keep their names, even
-    when the damaged table is the arrangement itself (they come back as
-    orphans adopted by the sweep, each once, under the names their daemon
-    knows them by)."""
+    when the damaged table is the sessions' own (they come back as orphans
+    adopted by the sweep, each once, under the names their daemon knows
+    them by) or their layout's (each in a tab of its own)."""
     await make_sessions(ms_dirs)
     reboot(ms_dirs)
     await restore_ok()  # relaunched: their notices are in leaf_bytes now

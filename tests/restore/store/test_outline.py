@@ -20,7 +20,9 @@ from restore import (
     RestorationRef,
     SavedOutput,
     SessionLeaf,
+    StoreCorrupt,
     read_saved,
+    ref_key,
 )
 from restore.store import _light_model, _lightgen
 from restore.store._outline import add_saved
@@ -108,6 +110,42 @@ def test_the_light_read_gives_what_the_store_loads(
     assert [fields(leaf) for leaf in light] == [fields(leaf) for leaf in whole]
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=_sessions(), data=st.data())
+def test_the_light_read_of_some_sessions_gives_what_the_store_finds(
+    tmp_path_factory: pytest.TempPathFactory,
+    sessions: list[tuple[SessionLeaf, str]],
+    data: st.DataObject,
+) -> None:
+    """By name and by the child a session refers to: the store's
+    ``sessions``, each with its bytes fields as ``find`` gives them."""
+    state = tmp_path_factory.mktemp("state")
+    names = [leaf.name for leaf, _w in sessions] + ["nope"]
+    refs = [ref_key(leaf.ref) for leaf, _w in sessions if leaf.ref is not None]
+    refs.append(("/nowhere", "i", 1))
+    asked = data.draw(st.lists(st.sampled_from(names), max_size=4))
+    referred = data.draw(st.lists(st.sampled_from(refs), max_size=4))
+    store = ArrangementStore.open(state / "arrangement.sqlite3")
+    try:
+        for leaf, window in sessions:
+            store.add_session(leaf, window=window)
+        store.save_outputs(
+            [SavedOutput(*ref_key(leaf.ref), b"out") for leaf, _w in sessions if leaf.ref]
+        )
+        found = store.sessions(asked, referred)
+        whole = [store.find(leaf.name) for leaf in found]
+        outline = {leaf.name: leaf for leaf in store.load_outline().leaves()}
+    finally:
+        store.close()
+    assert found == [outline[leaf.name] for leaf in found]
+    assert {leaf.name for leaf in found} == set(asked) & set(outline) | {
+        name for name, leaf in outline.items() if leaf.ref and ref_key(leaf.ref) in referred
+    }
+    light = read_saved(state, names=asked, refs=referred)
+    assert light is not None
+    assert [fields(leaf) for leaf in light] == [fields(leaf) for leaf in whole]
+
+
 def test_no_store_is_no_session_saved(tmp_path: Path) -> None:
     assert read_saved(tmp_path) == []
 
@@ -128,45 +166,50 @@ def _sql(path: Path, statement: str, *args: object) -> None:
         conn.close()
 
 
+_TWO_IN_A_SPLIT = (
+    '{"kind":"split","vertical":true,"children":'
+    '[{"kind":"session","name":"a"},{"kind":"session","name":"b"}]}'
+)
+
+
 @pytest.mark.parametrize(
     ("what", "change"),
     [
-        ("a newer schema", ("UPDATE meta SET value = 2 WHERE key = 'schema_version'",)),
+        ("a newer schema", ("UPDATE meta SET value = 3 WHERE key = 'schema_version'",)),
         ("a close pending", ("INSERT INTO pending_closes VALUES (NULL, 'a', NULL, 0)",)),
-        ("a document that is not JSON", ("UPDATE arrangement SET doc = '{'",)),
+        ("a session that is not JSON", ("UPDATE sessions SET leaf = '{' WHERE name = 'a'",)),
+        ("a layout that is not JSON", ("UPDATE tabs SET root = '{' WHERE id = 1",)),
         (
             "an unknown kind of node",
-            (
-                "UPDATE arrangement SET doc = ?",
-                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"pane"}}]}]}',
-            ),
+            ('UPDATE tabs SET root = \'{"kind":"pane"}\' WHERE id = 1',),
         ),
         (
-            "two sessions of one name",
-            (
-                "UPDATE arrangement SET doc = ?",
-                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"split","vertical":true,"children":[{"kind":"session","name":"a","argv":[],"cwd":"/"},{"kind":"session","name":"a","argv":[],"cwd":"/"}]}}]}]}',
-            ),
+            "a session named by two tabs",
+            ('UPDATE tabs SET root = \'{"kind":"session","name":"a"}\' WHERE id = 2',),
         ),
+        ("a session in no tab", ("DELETE FROM tabs WHERE id = 2",)),
+        ("a tab in no window", ("UPDATE tabs SET window = 9 WHERE id = 2",)),
+        ("a garbled tab title", ("UPDATE tabs SET title = x'ff' WHERE id = 2",)),
         (
             "a bad name",
             (
-                "UPDATE arrangement SET doc = ?",
-                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"session","name":"-a","argv":[],"cwd":"/"}}]}]}',
+                "UPDATE sessions SET leaf = ? WHERE name = 'a'",
+                '{"name":"-a","argv":[],"cwd":"/"}',
             ),
         ),
         (
+            "a row under another name",
+            ("UPDATE sessions SET leaf = ? WHERE name = 'a'", '{"name":"b","argv":[],"cwd":"/"}'),
+        ),
+        (
             "a number for a string",
-            (
-                "UPDATE arrangement SET doc = ?",
-                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"session","name":"a","argv":[],"cwd":5}}]}]}',
-            ),
+            ("UPDATE sessions SET leaf = ? WHERE name = 'a'", '{"name":"a","argv":[],"cwd":5}'),
         ),
         (
             "sizes that do not fit",
             (
-                "UPDATE arrangement SET doc = ?",
-                '{"windows":[{"name":"m","tabs":[{"root":{"kind":"split","vertical":true,"sizes":[1],"children":[{"kind":"session","name":"a","argv":[],"cwd":"/"},{"kind":"session","name":"b","argv":[],"cwd":"/"}]}}]}]}',
+                "UPDATE tabs SET root = ? WHERE id = 1",
+                _TWO_IN_A_SPLIT.replace('"children"', '"sizes":[1],"children"'),
             ),
         ),
     ],
@@ -174,9 +217,31 @@ def _sql(path: Path, statement: str, *args: object) -> None:
 def test_what_the_light_read_is_not_sure_of_is_the_whole_stores(
     tmp_path: Path, what: str, change: tuple[Any, ...]
 ) -> None:
-    path = _store_with(tmp_path, "a")
+    """None, and the whole store says what is wrong: finishes the closes,
+    refuses to write a newer file, or finds it damaged. (A version-1 file,
+    which the store migrates: ``test_rows``.)"""
+    path = _store_with(tmp_path, "a", "b")
     _sql(path, *change)
     assert read_saved(tmp_path) is None, what
+    store = ArrangementStore.open(path)
+    try:
+        if what in ("a close pending", "a newer schema"):
+            assert store.read_only == (what == "a newer schema")
+        else:
+            with pytest.raises(StoreCorrupt):
+                store.load()
+    finally:
+        store.close()
+
+
+def test_sessions_in_a_split_are_read_in_the_stores_order(tmp_path: Path) -> None:
+    path = _store_with(tmp_path, "a", "b")
+    _sql(path, "UPDATE tabs SET root = ? WHERE id = 1", _TWO_IN_A_SPLIT)
+    _sql(path, "DELETE FROM tabs WHERE id = 2")
+    _sql(path, "UPDATE sessions SET tab = 1")
+    assert [leaf.name for leaf in read_saved(tmp_path) or []] == ["a", "b"]
+    with ArrangementStore.open(path) as store:
+        assert [leaf.name for leaf in store.load().leaves()] == ["a", "b"]
 
 
 def test_a_file_that_is_not_sqlite_is_the_whole_stores(tmp_path: Path) -> None:
@@ -190,8 +255,11 @@ def test_fields_a_newer_multiserver_wrote_are_ignored_as_the_store_ignores_them(
     tmp_path: Path,
 ) -> None:
     path = _store_with(tmp_path, "a")
-    doc = '{"windows":[{"name":"m","future":1,"tabs":[{"root":{"kind":"session","name":"a","argv":["sh"],"cwd":"/","colour":"red"}}]}]}'
-    _sql(path, "UPDATE arrangement SET doc = ?", doc)
+    _sql(
+        path, "UPDATE sessions SET leaf = ?", '{"name":"a","argv":["sh"],"cwd":"/","colour":"red"}'
+    )
+    _sql(path, "UPDATE tabs SET root = ?", '{"kind":"session","name":"a","future":1}')
+    _sql(path, "ALTER TABLE sessions ADD COLUMN later TEXT")
     [light] = read_saved(tmp_path) or []
     store = ArrangementStore.open(path)
     try:
@@ -248,9 +316,10 @@ def test_a_session_added_lightly_is_what_the_store_would_have_added(
 
 def test_a_session_is_not_added_lightly_to_a_file_it_is_not_sure_of(tmp_path: Path) -> None:
     path = _store_with(tmp_path, "a")
+    for version in (1, 3):  # older: the store migrates it; newer: nobody writes it
+        _sql(path, "UPDATE meta SET value = ? WHERE key = 'schema_version'", version)
+        assert not add_saved(tmp_path, twin_of(SessionLeaf("b", ["sh"], "/")))
     _sql(path, "UPDATE meta SET value = 2 WHERE key = 'schema_version'")
-    assert not add_saved(tmp_path, twin_of(SessionLeaf("b", ["sh"], "/")))
-    _sql(path, "UPDATE meta SET value = 1 WHERE key = 'schema_version'")
     assert not add_saved(tmp_path, twin_of(SessionLeaf("a", ["sh"], "/")))  # taken
     assert add_saved(tmp_path, twin_of(SessionLeaf("b", ["sh"], "/")))
     assert [leaf.name for leaf in read_saved(tmp_path) or []] == ["a", "b"]

@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 import pytest
 
-import restore.store._schema as schema_mod
+import restore.store._file as file_mod
+import restore.store._rows as rows_mod
 import restore.store._store as store_mod
 from restore import (
     SCROLLBACK_LIMIT,
@@ -33,7 +34,9 @@ from restore import (
     StoreTooNew,
     Tab,
     Window,
+    ref_key,
 )
+from tests.restore.store._files import raw, set_doc
 
 REPO = Path(__file__).resolve().parents[3]
 REF = RestorationRef("/run/ms/multiserver-daemon-1.socket", "inst-1", 7, 4242)
@@ -54,18 +57,6 @@ def store(path: Path) -> Iterator[ArrangementStore]:
         yield s
 
 
-def raw(path: Path) -> sqlite3.Connection:
-    """A plain connection, to write rows by hand (autocommit)."""
-    return sqlite3.connect(path, isolation_level=None)
-
-
-def set_doc(path: Path, doc: object) -> None:
-    text = doc if isinstance(doc, str) else json.dumps(doc)
-    with raw(path) as conn:
-        conn.execute("UPDATE arrangement SET doc = ? WHERE id = 1", (text,))
-    conn.close()
-
-
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
@@ -82,16 +73,23 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_fresh_store_is_empty_private_and_wal(store: ArrangementStore, path: Path) -> None:
     assert store.load() == Arrangement()
     assert store.pending_closes() == []
-    assert store.schema_version == 1 and not store.read_only
+    assert store.schema_version == 2 and not store.read_only
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     with raw(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert (
-            conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == 1
+            conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == 2
         )
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     conn.close()
-    assert {"meta", "arrangement", "leaf_bytes", "pending_closes"} <= tables
+    assert tables - {"sqlite_sequence"} == {
+        "meta",
+        "windows",
+        "tabs",
+        "sessions",
+        "leaf_bytes",
+        "pending_closes",
+    }
 
 
 def test_default_path_is_in_the_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,53 +163,52 @@ def test_an_argv_and_cwd_that_are_not_utf8_round_trip_byte_for_byte(
     assert [os.fsencode(a) for a in got.argv] == [b"vim", b"caf\xe9.txt", b"\xff\xfe"]
     assert os.fsencode(got.cwd) == b"/src/caf\xe9"
     with raw(path) as conn:
-        [(doc,)] = conn.execute("SELECT doc FROM arrangement").fetchall()
-    assert doc.isascii() and "caf\\udce9" in doc  # \udcXX escapes: valid UTF-8 text
+        [(row,)] = conn.execute("SELECT leaf FROM sessions").fetchall()
+    assert row.isascii() and "caf\\udce9" in row  # \udcXX escapes: valid UTF-8 text
 
 
-def test_an_unchanged_document_is_structured_once(
+def test_an_unchanged_session_row_is_structured_once(
     store: ArrangementStore, path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A restore loads the arrangement, then its sweep loads it again:
+    only the rows that changed between are structured again."""
     store.save(Arrangement([Window("main", [Tab(leaf("a")), Tab(leaf("b"))])]))
-    calls: list[object] = []
-    real = schema_mod._structure
+    calls: list[str] = []
+    real = rows_mod._structure
 
     def counting(raw: object, cls: Any, what: str) -> Any:
-        calls.append(cls)
+        calls.append(what)
         return real(raw, cls, what)
 
-    monkeypatch.setattr(schema_mod, "_structure", counting)  # what _read_doc calls
+    monkeypatch.setattr(rows_mod, "_structure", counting)  # what _rows._leaf calls
     first = store.load()
-    with ArrangementStore.open(path) as other:  # opening checks the document
+    with ArrangementStore.open(path) as other:
         assert other.load() == first
     assert store.load() == first
-    assert calls.count(Arrangement) <= 1
+    assert store.find("a") == leaf("a")
+    assert calls == ["session 'a'", "session 'b'"]  # once each
     # Changed behind our back (another process): read afresh, never stale.
-    set_doc(
-        path,
-        {
-            "windows": [
-                {
-                    "name": "w",
-                    "tabs": [
-                        {"root": {"kind": "session", "name": "c", "argv": ["sh"], "cwd": "/"}}
-                    ],
-                }
-            ]
-        },
-    )
-    assert [x.name for x in store.load().leaves()] == ["c"]
+    with raw(path) as conn:
+        conn.execute(
+            "UPDATE sessions SET leaf = ? WHERE name = 'b'",
+            (json.dumps({"name": "b", "argv": ["vim"], "cwd": "/"}),),
+        )
+    conn.close()
+    assert store.load().leaves() == [leaf("a"), SessionLeaf("b", ["vim"], "/")]
+    assert calls[2:] == ["session 'b'"]
     store.add_session(leaf("d"), "w")
-    assert [x.name for x in store.load().leaves()] == ["c", "d"]
+    assert [x.name for x in store.load().leaves()] == ["a", "b", "d"]
+    assert calls[2:] == ["session 'b'", "session 'd'"]
 
 
 def test_bytes_fields_live_in_their_own_table(store: ArrangementStore, path: Path) -> None:
     store.save(rich())
     with raw(path) as conn:
-        doc = conn.execute("SELECT doc FROM arrangement").fetchone()[0]
+        texts = [r[0] for r in conn.execute("SELECT leaf FROM sessions")]
         rows = {(n, f): d for n, f, d in conn.execute("SELECT name, field, data FROM leaf_bytes")}
     conn.close()
-    assert "scrollback" not in doc and "notice" not in doc
+    assert len(texts) == 5
+    assert not any("scrollback" in text or "notice" in text for text in texts)
     assert rows == {
         ("build", "scrollback"): b"\x1b[32mok\x1b[0m\r\n\x00\xff",
         ("build", "notice"): b"[session expired, new shell started]\r\n",
@@ -520,72 +517,96 @@ def test_values_are_not_coerced(store: ArrangementStore, path: Path) -> None:
             ]
         },
     )
-    with pytest.raises(StoreCorrupt, match="argv"):
-        ArrangementStore.open(path)
+    with ArrangementStore.open(path) as again, pytest.raises(StoreCorrupt, match="argv"):
+        again.load()
+
+
+def rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the arrangement's tables, to see that nothing changed."""
+    with raw(path) as conn:
+        out = {
+            t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
+            for t in ("meta", "windows", "tabs", "sessions", "leaf_bytes", "pending_closes")
+        }
+    conn.close()
+    return out
 
 
 def test_a_newer_schema_loads_what_it_can_and_is_never_written(
     store: ArrangementStore, path: Path
 ) -> None:
+    store.add_session(leaf("a", ref=REF, scrollback=b"S"))
     store.close()
-    doc = {
-        "windows": [
-            {
-                "name": "main",
-                "tabs": [
-                    {
-                        "root": {
-                            "kind": "session",
-                            "name": "a",
-                            "argv": ["sh"],
-                            "cwd": "/",
-                            "v9_field": {"deep": [1]},
+    set_doc(
+        path,
+        {
+            "windows": [
+                {
+                    "name": "main",
+                    "tabs": [
+                        {
+                            "root": {
+                                "kind": "session",
+                                "name": "a",
+                                "argv": ["sh"],
+                                "cwd": "/",
+                                "ref": attrs.asdict(REF),
+                                "v9_field": {"deep": [1]},
+                            }
                         }
-                    }
-                ],
-            }
-        ],
-        "v9_top": True,
-    }
-    set_doc(path, doc)
+                    ],
+                }
+            ],
+        },
+    )
     with raw(path) as conn:
         conn.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
+        conn.execute("ALTER TABLE sessions ADD COLUMN v9_column TEXT")
     conn.close()
+    before = rows(path)
     with ArrangementStore.open(path) as newer:
         assert newer.read_only and newer.schema_version == 9
-        assert [x.name for x in newer.load().leaves()] == ["a"]
+        assert newer.load().leaves() == [leaf("a", ref=REF, scrollback=b"S")]
+        assert newer.find("a") == leaf("a", ref=REF, scrollback=b"S")
+        assert newer.sessions(refs=[ref_key(REF)]) == [leaf("a", ref=REF)]
         for change in (
             lambda: newer.add_session(leaf("b")),
             lambda: newer.remove_session("a"),
+            lambda: newer.update_session(leaf("a")),
             lambda: newer.stage_close("a"),
             lambda: newer.save(Arrangement()),
+            lambda: newer.modify(lambda arr: arr.without_session("a")),
+            lambda: newer.save_outputs([out(REF, b"x")]),
         ):
-            with pytest.raises(StoreTooNew, match="schema_version 9 is newer than 1"):
+            with pytest.raises(StoreTooNew, match="schema_version 9 is newer than 2"):
                 change()
-    with raw(path) as conn:
-        assert json.loads(conn.execute("SELECT doc FROM arrangement").fetchone()[0]) == doc
-        assert conn.execute("SELECT value FROM meta").fetchone()[0] == 9
-    conn.close()
+    assert rows(path) == before
 
 
 def test_a_newer_schema_we_cannot_read_is_not_quarantined(
     store: ArrangementStore, path: Path
 ) -> None:
+    store.add_session(leaf("a"))
     store.close()
     with raw(path) as conn:
         conn.execute("UPDATE meta SET value = 9 WHERE key = 'schema_version'")
-        conn.execute("DROP TABLE arrangement")
+        conn.execute("DROP TABLE sessions")
     conn.close()
-    with pytest.raises(StoreTooNew, match="newer"):
-        ArrangementStore.open(path)
-    with pytest.raises(StoreTooNew):
-        ArrangementStore.open_or_quarantine(path)
+    with ArrangementStore.open(path) as newer, pytest.raises(StoreTooNew, match="newer"):
+        newer.load()
+    newer, warning = ArrangementStore.open_or_quarantine(path)
+    with newer:
+        assert warning is None
+        with pytest.raises(StoreTooNew):
+            newer.load()
+        with pytest.raises(StoreTooNew):
+            newer.find("a")
     assert [p.name for p in path.parent.iterdir() if "corrupt" in p.name] == []
 
 
 def test_a_file_upgraded_under_us_is_not_written(store: ArrangementStore, path: Path) -> None:
     with raw(path) as conn:
-        conn.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = 3 WHERE key = 'schema_version'")
     conn.close()
     with pytest.raises(StoreTooNew):
         store.add_session(leaf("a"))
@@ -593,25 +614,25 @@ def test_a_file_upgraded_under_us_is_not_written(store: ArrangementStore, path: 
 
 
 def test_an_older_schema_is_migrated_once(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ArrangementStore.open(path).close()  # a version-1 file
+    ArrangementStore.open(path).close()  # a version-2 file
     calls: list[int] = []
 
-    def one_to_two(conn: sqlite3.Connection) -> None:
-        calls.append(1)
-        conn.execute("CREATE TABLE added_in_two (x)")
+    def two_to_three(conn: sqlite3.Connection) -> None:
+        calls.append(2)
+        conn.execute("CREATE TABLE added_in_three (x)")
 
-    monkeypatch.setattr(schema_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(schema_mod, "_MIGRATIONS", {1: one_to_two})
+    monkeypatch.setattr(file_mod, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(file_mod, "_MIGRATIONS", {**file_mod._MIGRATIONS, 2: two_to_three})
     with ArrangementStore.open(path) as s:
-        assert s.schema_version == 2 and not s.read_only
+        assert s.schema_version == 3 and not s.read_only
         s.add_session(leaf("a"))
     with ArrangementStore.open(path) as s:
         assert [x.name for x in s.load().leaves()] == ["a"]
-    assert calls == [1]
+    assert calls == [2]
     with raw(path) as conn:
-        assert conn.execute("SELECT value FROM meta").fetchone()[0] == 2
-        assert conn.execute("SELECT count(*) FROM added_in_two").fetchone()[0] == 0
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM added_in_three").fetchone()[0] == 0
     conn.close()
 
 
@@ -625,14 +646,14 @@ def test_a_failed_migration_leaves_the_file_as_it_was(
         conn.execute("CREATE TABLE half_done (x)")
         raise RuntimeError("migration bug")
 
-    monkeypatch.setattr(schema_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(schema_mod, "_MIGRATIONS", {1: broken})
+    monkeypatch.setattr(file_mod, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(file_mod, "_MIGRATIONS", {**file_mod._MIGRATIONS, 2: broken})
     with pytest.raises(RuntimeError):
         ArrangementStore.open(path)
     monkeypatch.undo()
     with ArrangementStore.open(path) as s:
-        assert s.schema_version == 1 and [x.name for x in s.load().leaves()] == ["a"]
+        assert s.schema_version == 2 and [x.name for x in s.load().leaves()] == ["a"]
     with raw(path) as conn:
         assert "half_done" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
@@ -663,8 +684,12 @@ def _header_only(path: Path, tmp_path: Path) -> None:
 
 
 def _tampered(sql: str, *args: object) -> Any:
+    """A store holding "a" and "b", each in a tab of its own, then ``sql``."""
+
     def make(path: Path, tmp_path: Path) -> None:
-        ArrangementStore.open(path).close()
+        with ArrangementStore.open(path) as s:
+            s.add_session(leaf("a"))
+            s.add_session(leaf("b"))
         with raw(path) as conn:
             conn.execute(sql, args)
         conn.close()
@@ -676,39 +701,53 @@ CORRUPTIONS = {
     "garbage bytes": (_garbage, "not a database"),
     "truncated sqlite": (_truncated, "cut short"),
     "sqlite header only": (_header_only, "cut short"),
-    "bad json": (_tampered("UPDATE arrangement SET doc = '{\"windows\": [' "), "not valid JSON"),
+    "bad json": (
+        _tampered("UPDATE sessions SET leaf = '{\"name\": ' WHERE name = 'a'"),
+        "session 'a' is not valid JSON",
+    ),
     "json of the wrong shape": (
-        _tampered("UPDATE arrangement SET doc = '{\"windows\": 5}'"),
-        "does not fit Arrangement",
+        _tampered("UPDATE sessions SET leaf = '[1]' WHERE name = 'a'"),
+        "session 'a' does not fit SessionLeaf",
+    ),
+    "a number for a string": (
+        _tampered(
+            "UPDATE sessions SET leaf = ? WHERE name = 'a'",
+            '{"name": "a", "argv": ["sh"], "cwd": 5}',
+        ),
+        "cwd",
+    ),
+    "a session row under another name": (
+        _tampered(
+            "UPDATE sessions SET leaf = ? WHERE name = 'a'",
+            '{"name": "b", "argv": ["sh"], "cwd": "/"}',
+        ),
+        "holds a session named 'b'",
     ),
     "unknown node kind": (
-        _tampered(
-            "UPDATE arrangement SET doc = ?",
-            '{"windows":[{"name":"w","tabs":[{"root":{"kind":"browser"}}]}]}',
-        ),
-        "does not fit Arrangement",
+        _tampered('UPDATE tabs SET root = \'{"kind": "browser"}\''),
+        "unknown kind 'browser'",
     ),
-    "duplicate names": (
+    "a layout that is not JSON": (_tampered("UPDATE tabs SET root = '{'"), "not valid JSON"),
+    "sizes that do not fit": (
         _tampered(
-            "UPDATE arrangement SET doc = ?",
-            json.dumps(
-                {
-                    "windows": [
-                        {
-                            "name": "w",
-                            "tabs": [
-                                {"root": {"kind": "session", "name": "a", "argv": [], "cwd": "/"}},
-                                {"root": {"kind": "session", "name": "a", "argv": [], "cwd": "/"}},
-                            ],
-                        }
-                    ]
-                }
-            ),
+            "UPDATE tabs SET root = ? WHERE id = 1",
+            '{"kind": "split", "vertical": true, "sizes": [1], "children":'
+            ' [{"kind": "session", "name": "a"}, {"kind": "session", "name": "b"}]}',
         ),
-        "two sessions are named",
+        "sizes do not fit",
+    ),
+    "a session named by two tabs": (
+        _tampered('UPDATE tabs SET root = \'{"kind": "session", "name": "a"}\''),
+        "names session 'a', which is saved in another tab",
+    ),
+    "a session in no tab": (_tampered("DELETE FROM tabs WHERE id = 2"), "'b' is in no tab"),
+    "a tab in no window": (_tampered("UPDATE tabs SET window = 7"), "is in no window"),
+    "a tab naming a session not saved": (
+        _tampered("DELETE FROM sessions WHERE name = 'b'"),
+        "names session 'b', which is not saved",
     ),
     "missing table": (_tampered("DROP TABLE pending_closes"), "missing table"),
-    "missing row": (_tampered("DELETE FROM arrangement"), "row is missing"),
+    "missing sessions": (_tampered("DROP TABLE sessions"), "missing table"),
     "no schema version": (_tampered("DELETE FROM meta"), "no schema_version"),
     "garbled schema version": (
         _tampered("UPDATE meta SET value = 'one'"),
@@ -720,33 +759,49 @@ CORRUPTIONS = {
     ),
     "someone else's database": (_tampered("DROP TABLE meta"), "not an arrangement store"),
 }
+# What the fresh file keeps of a damaged one (salvage), where it is not everything.
+KEPT = {
+    "bad json": ["b"],  # the session whose row is damaged is lost, never the others
+    "a session row under another name": ["b"],
+    "a session in no tab": ["a", "b"],  # its own tab in window main
+    "sizes that do not fit": ["b", "a"],
+    "missing sessions": [],
+}
 
 
 @pytest.mark.parametrize("case", list(CORRUPTIONS))
 def test_corrupt_file_is_refused_then_moved_aside(case: str, tmp_path: Path, path: Path) -> None:
+    """Found when the file is opened, or, for a session's rows (which
+    opening does not read, so that it costs the same however many are
+    saved), by the first call that reads them: ``load`` reads them all."""
     make, message = CORRUPTIONS[case]
     make(path, tmp_path)
     original = path.read_bytes()
-    with pytest.raises(StoreCorrupt, match=message) as info:
-        ArrangementStore.open(path)
+    with pytest.raises(StoreCorrupt, match=message) as info, ArrangementStore.open(path) as s:
+        s.load()
     assert "\n" not in str(info.value) and str(path) in str(info.value)
 
-    store, warning = ArrangementStore.open_or_quarantine(path)
+    told: list[str] = []
+    store, warning = ArrangementStore.open_or_quarantine(path, on_warning=told.append)
     with store:
+        loaded = store.load()
+        if warning is None:
+            (warning,) = told
+        else:
+            assert told == []
         aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
         assert len(aside) == 1
         assert aside[0].name.startswith("arrangement.sqlite3.corrupt-")
         assert aside[0].read_bytes() == original  # moved, never deleted or rewritten
-        assert warning is not None and "\n" not in warning
+        assert "\n" not in warning and message.split()[0] in warning
         assert str(aside[0]) in warning
-        if case == "truncated sqlite":  # the document's page is in the half that is left
-            kept = store.load().leaves()
-            assert [x.name for x in kept] == [f"s{i}" for i in range(20)]
+        if case == "truncated sqlite":  # the sessions' pages are in the half that is left
+            assert [x.name for x in loaded.leaves()] == [f"s{i}" for i in range(20)]
             assert "kept its 20 saved sessions" in warning
             assert "saved scrollbacks and notices were unreadable" in warning
-            store.save(Arrangement())
-        else:
-            assert "started an empty arrangement" in warning or "kept its 0 saved" in warning
+        if case in KEPT:
+            assert [x.name for x in loaded.leaves()] == KEPT[case]
+        store.save(Arrangement())
         assert store.load() == Arrangement()
         store.add_session(leaf("fresh"))
     with ArrangementStore.open(path) as again:
@@ -898,26 +953,34 @@ def test_a_session_without_a_ref_can_be_closed(store: ArrangementStore) -> None:
 ADD_MANY = """
     import sys
     from pathlib import Path
-    from restore import ArrangementStore, SessionLeaf
+    from restore import ArrangementStore, LightSessionLeaf, SessionLeaf, add_saved
     path, prefix, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    light = sys.argv[4] == "light"
     store = ArrangementStore.open(path)
     sys.stdin.read(1)  # wait for the go, so both writers run at once
     for i in range(count):
-        store.add_session(SessionLeaf(f"{prefix}-{i}", ["sh"], "/"), window=prefix)
+        name = f"{prefix}-{i}"
+        # As a command adds: lightly, else (busy past the light read's
+        # timeout) through the store.
+        if not (light and add_saved(path.parent, LightSessionLeaf(name, ["sh"], "/"), prefix)):
+            store.add_session(SessionLeaf(name, ["sh"], "/"), window=prefix)
     store.close()
 """
 
 
-def test_two_processes_adding_at_once_both_land(store: ArrangementStore, path: Path) -> None:
+@pytest.mark.parametrize("q_adds", ["store", "light"])  # p adds through the store
+def test_two_processes_adding_at_once_both_land(
+    store: ArrangementStore, path: Path, q_adds: str
+) -> None:
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(ADD_MANY), str(path), prefix, "50"],
+            [sys.executable, "-c", textwrap.dedent(ADD_MANY), str(path), prefix, "50", how],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for prefix in ("p", "q")
+        for prefix, how in (("p", "store"), ("q", q_adds))
     ]
     for w in writers:
         assert w.stdin is not None
