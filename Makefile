@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-deps check lint types faces bench soak clean venv
+.PHONY: run test test-deps bench-deps check lint types faces bench soak clean venv
 
 # Set-up says in one line what it does; pip's own words go to a log, shown
 # whole if it fails.
@@ -40,19 +40,25 @@ run: $(STAMP)
 # apt (CI, a container); elsewhere the tests that need them skip, saying why.
 TEST_PACKAGES := tmux dtach dvtm zsh fish kitty xterm xvfb xdotool xclip xauth libfontconfig1 fonts-dejavu-core openssh-server openssh-client
 
-test-deps:
+# $(call apt_install,PACKAGES,what they are for,what happens without them):
+# the packages missing, installed with apt where this runs as root with it.
+define apt_install
 	@command -v dpkg-query >/dev/null || exit 0; \
-	missing=$$(for p in $(TEST_PACKAGES); do \
+	missing=$$(for p in $(1); do \
 	  dpkg-query -W -f '$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	missing=$$(echo $$missing); \
 	[ -z "$$missing" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing with apt what some tests drive for real: $$missing"; \
+	  echo "installing with apt $(2): $$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get install -y -q $$missing >/dev/null 2>&1 \
 	  || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $$missing >/dev/null 2>&1; } \
-	  || echo "could not install $$missing: the tests that need them skip"; \
-	else echo "not installed: $$missing (the tests that need them skip)"; fi
+	  || echo "could not install $$missing: $(3)"; \
+	else echo "not installed: $$missing ($(3))"; fi
+endef
+
+test-deps:
+	$(call apt_install,$(TEST_PACKAGES),what some tests drive for real,the tests that need them skip)
 
 test: $(STAMP) test-deps
 	$(BIN)/pytest -q -m "not slow"
@@ -82,7 +88,14 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 	@$(BIN)/pip install -q -e '.[dev,bench]' $(EDITABLE) >> $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
 	@touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+# The peers the figures measure beside multiserver (abduco is not in
+# Debian's archive: its rows say so).
+BENCH_PACKAGES := tmux dtach screen
+
+bench-deps:
+	$(call apt_install,$(BENCH_PACKAGES),the peers the benchmarks measure,their rows say not installed)
+
+bench: $(BENCH_STAMP) bench-deps
 	$(BIN)/python -m benchmarks
 
 soak: $(STAMP)
