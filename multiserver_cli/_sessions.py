@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from typing import TypeVar
 
     from multiserver import ChildInfo
-    from multiserver_cli._state import Saved
+    from multiserver_cli._saved import Saved
     from restore import SessionLeaf
 
     A = TypeVar("A")

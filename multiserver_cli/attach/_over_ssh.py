@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 from multiserver_cli import _remote
 from multiserver_cli._errors import CliError
+from multiserver_cli._saved import open_saved, take_notice
 from multiserver_cli._sessions import check_name
-from multiserver_cli._state import open_saved, take_notice
 from multiserver_cli._version import compatible
 from multiserver_cli.attach._keys import DetachMatcher, key_name
 from multiserver_cli.attach._relay import relay_terminal

@@ -16,8 +16,8 @@ from multiserver_cli._errors import CliError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from multiserver import ChildInfo, SyncClient
+    from multiserver_cli._saved import Saved
     from multiserver_cli._sessions import Located
-    from multiserver_cli._state import Saved
     from multiserver_cli.attach._attached import CloseExited
     from restore import ArrangementStore, SessionLeaf
 
@@ -60,7 +60,7 @@ def run(args: Namespace) -> int:
 
 
 def _run(args: Namespace) -> int:
-    from multiserver_cli import _state
+    from multiserver_cli import _saved
     from multiserver_cli._names import split_target
     from multiserver_cli._sessions import check_name, live_or_fail, lookup, saved_end
     from multiserver_cli.attach._tty import is_terminal
@@ -77,7 +77,7 @@ def _run(args: Namespace) -> int:
     name = check_name(args.name)
     if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         resolution = lookup(name, _args.only_daemon(args), "attach", saved)
         ended = saved_end(resolution)
         if ended is not None:
@@ -107,7 +107,7 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
     """Attach this terminal to the live session ``found`` (``attach NAME``,
     and ``new -A`` of a session that exists)."""
     from multiserver import dial_blocking, replaced
-    from multiserver_cli import _state
+    from multiserver_cli import _saved
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach import _attached
     from multiserver_cli.attach._tty import is_terminal, say
@@ -126,7 +126,7 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         assert result.child is not None
         child = replaced(result.child, name=name)
-        notice = _state.take_notice(saved, name)
+        notice = _saved.take_notice(saved, name)
         replay = notice + result.output
         if result.dropped:
             replay = (

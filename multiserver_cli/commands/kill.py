@@ -60,13 +60,13 @@ def run(args: Namespace) -> int:
     import signal
 
     from multiserver import RequestFailed, describe_exit, dial_blocking
-    from multiserver_cli import _state
+    from multiserver_cli import _saved, _state
     from multiserver_cli._names import SavedOnly
     from multiserver_cli._sessions import bounded, deadline, live_or_fail, lookup
 
     signum = parse_signal(args.signal) if args.signal else signal.SIGHUP
     only_signal = args.signal is not None
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         # A kill changes the store: open it (which finishes closes a crash
         # left pending) before looking the name up.
         store = saved.store()
@@ -135,10 +135,10 @@ def _kill_there(host_name: str, name: str, args: Namespace) -> int:
 def _gone_there(host: Host, name: str) -> bool:
     """Whether ``HOST:NAME`` is saved here and its host, asked, does not
     have it."""
-    from multiserver_cli import _state
+    from multiserver_cli import _saved
     from multiserver_cli._remote import ask_host
 
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         if saved.find(f"{host.name}:{name}") is None:
             return False
     answer = ask_host(host, host.timeout)

@@ -40,12 +40,12 @@ def add_arguments(p: ArgumentParser) -> None:
 def run(args: Namespace) -> int:
     import time
 
-    from multiserver_cli import _shown, _state
+    from multiserver_cli import _saved, _shown, _state
     from multiserver_cli._format import ls_table, print_json
     from multiserver_cli._names import sessions
     from multiserver_cli._sessions import as_kept, survey
 
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         # Where each program is now (its foreground process's cwd), as tmux
         # shows a pane's path, not where it started (issue 36).
         view = survey(saved, _args.only_daemon(args), foreground=not args.names)

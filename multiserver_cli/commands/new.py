@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from multiserver import LaunchResult, SyncClient
     from multiserver_cli._names import Create, Survey
-    from multiserver_cli._state import Saved
+    from multiserver_cli._saved import Saved
     from restore import Host, HostFailure, SessionLeaf
 
 NAME = "new"
@@ -99,7 +99,7 @@ def run(args: Namespace) -> int:
         if args.name is None:
             raise CliError("--relaunch needs a session name (-n NAME)", 2)
         args.attach_existing = args.detach = True
-    from multiserver_cli import _state
+    from multiserver_cli import _saved
     from multiserver_cli._names import Found, Refused, plan_new
     from multiserver_cli._sessions import check_name, located, scope_of, survey, survey_about
 
@@ -109,7 +109,7 @@ def run(args: Namespace) -> int:
     if not args.detach and not os.isatty(0):
         # Checked before launching: else the session would be left running, held by nobody.
         raise CliError("attach needs a terminal: stdin is not a tty (use -d to start detached)")
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         # Every daemon, whatever --daemon says: a name is one session's across them all.
         view = survey(saved) if name is None else survey_about(saved, name)
         scope = scope_of(_args.only_daemon(args))
@@ -163,7 +163,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
     """Launch the session ``plan`` says, save it, and attach to it (or,
     with ``-d``, print its name)."""
     from multiserver import DaemonPaths, dial_blocking, launch_env
-    from multiserver_cli import _state
+    from multiserver_cli import _saved
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach._tty import terminal_size
     from multiserver_cli.commands.attach import attach_held
@@ -195,7 +195,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             hold=not args.detach,
         )
         screen = _saved_screen(saved, plan.name) if args.relaunch is not None else None
-        _state.record_new(
+        _saved.record_new(
             saved, launched.child, client.socket_path, client.instance_id, args.window, argv
         )
         if args.relaunch is not None:

@@ -35,18 +35,18 @@ def add_arguments(p: ArgumentParser) -> None:
 
 
 def run(args: Namespace) -> int:
+    from multiserver_cli import _saved
     from multiserver_cli._names import split_target
 
     host, name = split_target(args.name)
     if host is not None:
         return _peek_there(host, name, args)
     from multiserver import dial_blocking
-    from multiserver_cli import _state
     from multiserver_cli._sessions import bounded, deadline, live_or_fail, lookup, saved_end
 
     if args.bytes is not None and args.bytes < 0:
         raise CliError("--bytes must be >= 0", 2)
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         resolution = lookup(args.name, _args.only_daemon(args), "peek", saved)
         ended = saved_end(resolution)
         if ended is not None:

@@ -1,4 +1,4 @@
-"""The command line's saved sessions (``_state``) with thousands saved: a
+"""The command line's saved sessions (``_saved``, ``_state``) with thousands saved: a
 command about one session finds, adds, closes and takes the notice of that
 session by its own rows. One session's row is damaged in the store these
 tests make: every call about another one works all the same, and a call
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from multiserver import ChildInfo, state_dir
-from multiserver_cli import _state
+from multiserver_cli import _saved, _state
 from restore import (
     Arrangement,
     ArrangementStore,
@@ -59,13 +59,13 @@ def store_path(ms_dirs: MsDirs) -> Path:
 
 
 def test_one_session_is_found_added_and_closed_by_its_rows(store_path: Path) -> None:
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         found = saved.find("s5")
         assert found is not None and found.ref is not None and found.ref.child_id == 5
         assert saved.find("nope") is None
-        _state.record_new(saved, child(90000, "fresh"), SOCK, "inst-1", "main")
-        assert _state.take_notice(saved, "s7") == b"relaunched"
-        assert _state.take_notice(saved, "s7") == b""  # taken once
+        _saved.record_new(saved, child(90000, "fresh"), SOCK, "inst-1", "main")
+        assert _saved.take_notice(saved, "s7") == b"relaunched"
+        assert _saved.take_notice(saved, "s7") == b""  # taken once
         store = saved.store()
         staged = _state.stage_close(store, SOCK, "inst-1", child(9, "s9"))
         assert staged is not None and staged.name == "s9"
@@ -81,7 +81,7 @@ def test_one_session_is_found_added_and_closed_by_its_rows(store_path: Path) -> 
 def test_the_whole_read_finds_the_damage_and_moves_the_file_aside(
     store_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         names = [leaf.name for leaf in saved.leaves()]
     assert names == [f"s{i}" for i in range(MANY)]  # all but the damaged one, kept
     said = capsys.readouterr().err
@@ -104,7 +104,7 @@ def test_a_newer_store_is_read_as_far_as_it_can_be(
         conn.execute("DROP TABLE tabs")
     finally:
         conn.close()
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         found = saved.find("a")
         assert found is not None and found.argv == ["sh"]
         assert saved.leaves() == []
@@ -122,7 +122,7 @@ def test_what_bears_on_one_name_is_read_by_its_rows(store_path: Path) -> None:
     with ArrangementStore.open() as store:
         store.add_session(SessionLeaf("h:s12", ["sh"], "/", host="h"))
         store.add_session(SessionLeaf("h:zz", ["sh"], "/", host="h"))
-    with _state.open_saved() as saved:
+    with _saved.open_saved() as saved:
         about = [leaf.name for leaf in saved.about("s12", "s12")]
         family = [f"s{i}" for i in range(MANY) if f"s{i}".startswith("s12")]
         assert len(family) == 111 and sorted(about) == sorted(["h:s12", *family])
