@@ -87,7 +87,6 @@ from multiserver._paths import (
     SOCKET_RE as SOCKET_RE,
     DaemonPaths as DaemonPaths,
     LockBusy as LockBusy,
-    default_daemon_number as default_daemon_number,
     fallback_dir as fallback_dir,
     find_sockets as find_sockets,
     lock_is_held as lock_is_held,
@@ -145,6 +144,7 @@ from multiserver._settings import (
     ENVIRONMENT as ENVIRONMENT,
     MAX_BUFFER_LIMIT as MAX_BUFFER_LIMIT,
     check_environment as check_environment,
+    default_daemon_number as default_daemon_number,
     from_environment as from_environment,
 )
 from multiserver._spawn import (

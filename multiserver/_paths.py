@@ -31,7 +31,6 @@ import sys
 from pathlib import Path
 
 from multiserver._errors import UnsafeDirectory
-from multiserver._settings import BY_NAME as SETTINGS
 from multiserver._trust import (
     check_path_chain,
     check_private_dir,
@@ -247,14 +246,6 @@ class DaemonPaths:
         """Create and check the socket's dir and the state dir."""
         ensure_private_dir(self.dir)
         ensure_private_dir(self.state_dir)
-
-
-def default_daemon_number() -> int:
-    """``$MULTISERVER_DAEMON``, else 1; SettingError (a ValueError) if it
-    is not a daemon's number."""
-    number = SETTINGS["daemon"].from_env()
-    assert isinstance(number, int)
-    return number
 
 
 class LockBusy(Exception):

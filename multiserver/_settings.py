@@ -22,6 +22,7 @@ empty variable is an unset one.
 from __future__ import annotations
 
 import os
+import sys
 
 from multiserver._errors import SettingError
 from multiserver._setting_kinds import Dir, Patterns, Seconds, Setting, Whole, Words
@@ -132,6 +133,14 @@ def from_environment(name: str, environ: Mapping[str, str] | None = None) -> obj
     return BY_NAME[name].from_env(environ)
 
 
+def default_daemon_number() -> int:
+    """``$MULTISERVER_DAEMON``, else 1; SettingError (a ValueError) if it
+    is not a daemon's number."""
+    number = from_environment("daemon")
+    assert isinstance(number, int)
+    return number
+
+
 def environment_problems(environ: Mapping[str, str] | None = None) -> list[SettingError]:
     """What is wrong with the ``MULTISERVER_*`` variables set: one
     SettingError each, in the table's order."""
@@ -174,6 +183,16 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     if "frame_timeout" in kwargs:
         kwargs["hello_timeout"] = kwargs["frame_timeout"]
     return kwargs
+
+
+def installed_daemon(*args: str) -> list[str]:
+    """The installed daemon code, run by this interpreter with ``-P``, so
+    that ``-m`` puts no directory of the caller's first on ``sys.path`` (a
+    ``multiserver/`` folder where a person typed a command would be the
+    daemon's code otherwise). A daemon's start (``_spawn``), and its
+    upgrade's check and exec (``_upgrade``), run it so: here, where both
+    reach it, since the daemon imports no client module."""
+    return [sys.executable, "-P", "-m", "multiserver", *args]
 
 
 def settings_args(settings: Mapping[str, object]) -> list[str]:

@@ -27,7 +27,7 @@ from multiserver._errors import (
 )
 from multiserver._paths import DaemonPaths, LockBusy, try_lock
 from multiserver._peer import verify_peer
-from multiserver._settings import env_settings, settings_args
+from multiserver._settings import env_settings, installed_daemon, settings_args
 from multiserver._stale import remove_stale_socket
 from multiserver._trust import check_socket
 
@@ -98,15 +98,6 @@ def connect_blocking(path: Path, deadline: float | None = None) -> socket.socket
         sock.close()
         raise
     return sock
-
-
-def installed_daemon(*args: str) -> list[str]:
-    """The installed daemon code, run by this interpreter with ``-P``, so
-    that ``-m`` puts no directory of the caller's first on ``sys.path`` (a
-    ``multiserver/`` folder where a person typed a command would be the
-    daemon's code otherwise). A daemon's start, and its upgrade's check and
-    exec (``_upgrade.py``), run it so."""
-    return [sys.executable, "-P", "-m", "multiserver", *args]
 
 
 def daemon_argv(

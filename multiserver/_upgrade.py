@@ -48,8 +48,8 @@ from multiserver._messages import Error, Upgraded
 from multiserver._origin import DaemonOrigin
 from multiserver._paths import DaemonPaths
 from multiserver._proto import SERVER_NAME
+from multiserver._settings import installed_daemon
 from multiserver._snapshot import BlobWriter, Snapshot
-from multiserver._spawn import installed_daemon
 
 log = logging.getLogger("multiserver.daemon")
 

@@ -20,8 +20,14 @@ from hypothesis import given, settings, strategies as st
 from multiserver import DaemonConfig, SettingError, default_daemon_number
 from multiserver._config import config_args, config_from_env
 from multiserver._setting_kinds import Seconds, Whole
-from multiserver._settings import BY_NAME, DAEMON_FIELDS, ENVIRONMENT, daemon_options, env_settings
-from multiserver._spawn import installed_daemon
+from multiserver._settings import (
+    BY_NAME,
+    DAEMON_FIELDS,
+    ENVIRONMENT,
+    daemon_options,
+    env_settings,
+    installed_daemon,
+)
 from tests.conftest import MsDirs, daemon_pids_under
 
 ROOT = Path(__file__).resolve().parents[2]
