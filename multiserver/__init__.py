@@ -57,7 +57,6 @@ EXPORTS = {
     ),
     "multiserver._lazy": ("lazy_exports",),
     "multiserver._light": ("twin_structurers",),
-    "multiserver._lightgen": ("twin_module_text", "write_module"),
     # The notices a SyncClient gives, as it holds them (is_a tells either kind).
     "multiserver._light_messages": ("LightChildExited", "LightChildTaken"),
     "multiserver._messages": ("ChildExited", "ChildInfo", "ChildTaken"),

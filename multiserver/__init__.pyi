@@ -66,10 +66,6 @@ from multiserver._light_messages import (
     LightChildExited as LightChildExited,
     LightChildTaken as LightChildTaken,
 )
-from multiserver._lightgen import (
-    twin_module_text as twin_module_text,
-    write_module as write_module,
-)
 from multiserver._messages import (
     ChildExited as ChildExited,
     ChildInfo as ChildInfo,

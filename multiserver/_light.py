@@ -119,8 +119,8 @@ _SURE: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, 
 def twin_structurers(
     module: Any, scalars: dict[str, Convert], *, forbid_extra: bool
 ) -> dict[str, Convert]:
-    """For each class of a generated twin module (``_lightgen``), a function
-    from its JSON object to an instance, by walking ``module.FIELDS``:
+    """For each class of a generated twin module (``tools/lightgen.py``), a
+    function from its JSON object to an instance, by walking ``module.FIELDS``:
     ``scalars`` read each scalar kind; an unknown field is refused
     (``forbid_extra``: the wire) or ignored (saved state). A value that does
     not fit raises an exception whose text says where (``[2].name: ...``)."""

@@ -1,4 +1,4 @@
-"""GENERATED from multiserver/_messages.py by multiserver/_lightgen.py
+"""GENERATED from multiserver/_messages.py by tools/lightgen.py
 (``make faces``); do not edit. ``tests/multiserver/test_light.py`` fails
 when it is stale.
 

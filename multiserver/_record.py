@@ -18,9 +18,9 @@ from __future__ import annotations
 
 
 class Twin:
-    """The base of the plain twins ``_lightgen`` writes (their fields are
-    their slots): shown and compared by class and fields, as attrs shows and
-    compares the classes they are twins of."""
+    """The base of the plain twins ``tools/lightgen.py`` writes (their
+    fields are their slots): shown and compared by class and fields, as
+    attrs shows and compares the classes they are twins of."""
 
     __slots__: tuple[str, ...] = ()
 

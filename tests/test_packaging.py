@@ -1,5 +1,6 @@
 """What a user installs: the typed libraries carry their ``py.typed``
-marker (PEP 561), or a type checker ignores their annotations."""
+marker (PEP 561), or a type checker ignores their annotations; the
+checkout's build tools (``tools/``) are not installed."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> No
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for package in (*TYPED, "multiserver_cli"):
+    for package in (*TYPED, "multiserver_cli", "tools"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "wheel"
     subprocess.run(
@@ -40,6 +41,7 @@ def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> No
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"{p}/py.typed" for p in TYPED} <= names
     assert "multiserver_cli/py.typed" not in names  # the command is no library
+    assert not [n for n in names if n.startswith("tools/")]  # the build's, not the user's
 
 
 def test_make_run_says_how_to_put_multiserver_on_path(tmp_path: Path) -> None:

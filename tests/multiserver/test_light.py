@@ -15,10 +15,11 @@ import attrs
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from multiserver import _codec, _light, _light_messages as light, _lightgen
+from multiserver import _codec, _light, _light_messages as light
 from multiserver._frames import ProtocolError, Unrepresentable
 from multiserver._messages import MESSAGE_TYPES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Message
 from tests.multiserver.test_codec_properties import PROPERTY_SETTINGS, message_strategy
+from tools import lightgen
 
 VERSIONS = range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1)
 
@@ -35,7 +36,7 @@ def to_light(value: Any) -> Any:
 
 def test_the_generated_module_is_what_the_generator_writes() -> None:
     """Stale after a change to _messages.py: run `make faces`."""
-    assert _lightgen.TARGET.read_text() == _lightgen.module_text()
+    assert lightgen.TARGET.read_text() == lightgen.module_text()
 
 
 def test_every_message_has_a_light_twin_with_its_code_and_fields() -> None:

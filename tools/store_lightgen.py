@@ -1,6 +1,7 @@
-"""Writes ``_light_model.py``: plain twins of the saved session's attrs
-classes (``SessionLeaf`` and the records in it), for the light read of the
-store (``_outline``), as ``multiserver._lightgen`` writes the protocol's.
+"""Writes ``restore/store/_light_model.py``: plain twins of the saved
+session's attrs classes (``SessionLeaf`` and the records in it), for the
+light read of the store (``_outline``), as ``tools/lightgen.py`` writes the
+protocol's, with its code.
 ``make faces`` runs it; ``tests/restore/store/test_outline.py`` fails when
 the module is stale."""
 
@@ -8,17 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multiserver import twin_module_text, write_module
 from restore.store._model import PendingLaunch, RestorationRef, SessionLeaf
+from tools.lightgen import twin_module_text, write_module
 
-TARGET = Path(__file__).with_name("_light_model.py")
+TARGET = Path(__file__).resolve().parent.parent / "restore" / "store" / "_light_model.py"
 
 
 def module_text() -> str:
     return twin_module_text(
         [RestorationRef, PendingLaunch, SessionLeaf],
         source="restore/store/_model.py",
-        generator="restore/store/_lightgen.py",
+        generator="tools/store_lightgen.py",
         test="``tests/restore/store/test_outline.py``",
         about=(
             "A saved session and the records in it as plain classes, for the light\n"

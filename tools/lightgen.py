@@ -1,5 +1,6 @@
-"""Writes ``_light_messages.py`` from the attrs message classes, as
-protobuf's ``_pb2`` modules are written from their ``.proto``.
+"""Writes ``multiserver/_light_messages.py`` from the attrs message
+classes, as protobuf's ``_pb2`` modules are written from their ``.proto``
+(``tools/store_lightgen.py`` writes the store's twins with the same code).
 
 The attrs classes of ``_messages`` are the protocol's one definition. The
 blocking client must start without importing attrs or cattrs (each command
@@ -30,7 +31,7 @@ from multiserver import _messages
 from multiserver._messages import MAX_FDS, MESSAGE_TYPES, ChildInfo, ClaimedChild, is_os_str
 from multiserver._proto import OMIT_IF_DEFAULT
 
-TARGET = Path(__file__).with_name("_light_messages.py")
+TARGET = Path(__file__).resolve().parent.parent / "multiserver" / "_light_messages.py"
 # Records that travel inside messages, before the messages that hold them.
 RECORDS: tuple[type, ...] = (ChildInfo, ClaimedChild)
 
@@ -173,7 +174,7 @@ def module_text() -> str:
     return twin_module_text(
         [*RECORDS, *MESSAGE_TYPES.values()],
         source="multiserver/_messages.py",
-        generator="multiserver/_lightgen.py",
+        generator="tools/lightgen.py",
         test="``tests/multiserver/test_light.py``",
         about=(
             "The protocol's messages as plain classes, for the blocking client, which\n"
