@@ -240,8 +240,10 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     here = Module("restore._x", tmp_path / "x.py", False)
     modules = {
         "multiserver": Module("multiserver", tmp_path, True),
-        "multiserver._paths": Module("multiserver._paths", tmp_path, False),
+        "multiserver.system._paths": Module("multiserver.system._paths", tmp_path, False),
         "restore._x": here,
     }
-    tree = ast.parse("from multiserver._paths import LockBusy\nfrom multiserver import DaemonPaths")
-    assert sorted(imports(here, tree, modules)) == ["multiserver", "multiserver._paths"]
+    tree = ast.parse(
+        "from multiserver.system._paths import LockBusy\nfrom multiserver import DaemonPaths"
+    )
+    assert sorted(imports(here, tree, modules)) == ["multiserver", "multiserver.system._paths"]

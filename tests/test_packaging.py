@@ -22,7 +22,7 @@ def test_the_installed_typed_packages_have_py_typed(package: str) -> None:
     assert importlib.resources.files(package).joinpath("py.typed").is_file()
 
 
-def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> None:
+def test_the_wheel_carries_every_module_and_py_typed_but_no_tools(tmp_path: Path) -> None:
     """Built from a copy of the source (the worktree gets no build dirs)."""
     src = tmp_path / "src"
     src.mkdir()
@@ -30,6 +30,8 @@ def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> No
         shutil.copy(ROOT / name, src / name)
     for package in (*TYPED, "multiserver_cli", "tools"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    packages = [src / p for p in (*TYPED, "multiserver_cli")]
+    modules = {m.relative_to(src).as_posix() for p in packages for m in p.rglob("*.py")}
     out = tmp_path / "wheel"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
@@ -40,6 +42,8 @@ def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> No
     (wheel,) = out.glob("multiserver-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"{p}/py.typed" for p in TYPED} <= names
+    # Every module of the packages, in every subpackage (multiserver's rooms).
+    assert modules - names == set()
     assert "multiserver_cli/py.typed" not in names  # the command is no library
     assert not [n for n in names if n.startswith("tools/")]  # the build's, not the user's
 

@@ -1,4 +1,4 @@
-"""Writes ``multiserver/_light_messages.py`` from the attrs message
+"""Writes ``multiserver/protocol/_light_messages.py`` from the attrs message
 classes, as protobuf's ``_pb2`` modules are written from their ``.proto``
 (``tools/store_lightgen.py`` writes the store's twins with the same code).
 
@@ -27,11 +27,17 @@ from typing import Any, Literal
 
 import attrs
 
-from multiserver import _messages
-from multiserver._messages import MAX_FDS, MESSAGE_TYPES, ChildInfo, ClaimedChild, is_os_str
-from multiserver._proto import OMIT_IF_DEFAULT
+from multiserver.protocol import _messages
+from multiserver.protocol._messages import (
+    MAX_FDS,
+    MESSAGE_TYPES,
+    ChildInfo,
+    ClaimedChild,
+    is_os_str,
+)
+from multiserver.protocol._proto import OMIT_IF_DEFAULT
 
-TARGET = Path(__file__).resolve().parent.parent / "multiserver" / "_light_messages.py"
+TARGET = Path(__file__).resolve().parent.parent / "multiserver" / "protocol" / "_light_messages.py"
 # Records that travel inside messages, before the messages that hold them.
 RECORDS: tuple[type, ...] = (ChildInfo, ClaimedChild)
 
@@ -173,7 +179,7 @@ def module_text() -> str:
     client = sorted(c.TYPE for c in _messages.CLIENT_MESSAGES)
     return twin_module_text(
         [*RECORDS, *MESSAGE_TYPES.values()],
-        source="multiserver/_messages.py",
+        source="multiserver/protocol/_messages.py",
         generator="tools/lightgen.py",
         test="``tests/multiserver/test_light.py``",
         about=(

@@ -1,7 +1,7 @@
 """One table of scenarios, run against the real daemon and the simulated one
 of ``multiserver.testing``: their answers must be the same, frame for frame.
 
-Both drive the same request core (``multiserver._core``) and the same client
+Both drive the same request core (``multiserver.daemon._core``) and the same client
 connection; this table is what keeps them from drifting apart anyway (a host
 that answers otherwise, a connection the simulator wraps differently). Only
 what is the OS's to choose is left out of the comparison: pids, ttys, times,
@@ -22,10 +22,10 @@ import attrs
 import pytest
 import trio
 
-from multiserver import _codec
-from multiserver._codec import Codec, close_fds
-from multiserver._core import MAX_REQUEST_IDS, shorten_argv
-from multiserver._messages import (
+from multiserver.daemon._core import MAX_REQUEST_IDS, shorten_argv
+from multiserver.protocol import _codec
+from multiserver.protocol._codec import Codec, close_fds
+from multiserver.protocol._messages import (
     PROTOCOL_VERSION,
     ChildExited,
     Children,
@@ -51,7 +51,7 @@ from multiserver._messages import (
     Signal,
     Welcome,
 )
-from multiserver._wire import FramedSocket
+from multiserver.protocol._wire import FramedSocket
 from multiserver.testing import SimDaemon
 from tests.conftest import RunningDaemon
 

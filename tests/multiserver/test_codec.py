@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from multiserver._codec import (
+from multiserver.protocol._codec import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
@@ -26,7 +26,7 @@ from multiserver._codec import (
     ProtocolError,
     encode_body,
 )
-from multiserver._messages import (
+from multiserver.protocol._messages import (
     CLIENT_MESSAGES,
     DAEMON_MESSAGES,
     MESSAGE_TYPES,

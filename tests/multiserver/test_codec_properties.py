@@ -14,7 +14,7 @@ from typing import Any, Literal
 import attrs
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from multiserver._codec import (
+from multiserver.protocol._codec import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
@@ -24,7 +24,7 @@ from multiserver._codec import (
     ProtocolError,
     Unrepresentable,
 )
-from multiserver._messages import (
+from multiserver.protocol._messages import (
     CLIENT_MESSAGES,
     DAEMON_MESSAGES,
     MAX_FDS,

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from multiserver import _fds
-from multiserver._buffer import OutputBuffer
-from multiserver._codec import Codec
-from multiserver._core import (
+from multiserver.daemon import _fds
+from multiserver.daemon._buffer import OutputBuffer
+from multiserver.daemon._core import (
     ARGV_LISTED,
     MAX_REQUEST_IDS,
     Answer,
@@ -25,7 +24,8 @@ from multiserver._core import (
     listed,
     shorten_argv,
 )
-from multiserver._messages import (
+from multiserver.protocol._codec import Codec
+from multiserver.protocol._messages import (
     PROTOCOL_VERSION,
     ChildInfo,
     Children,

@@ -1,4 +1,4 @@
-"""The one table of what draws (``multiserver._draws``): nothing in it is a
+"""The one table of what draws (``multiserver.terminal._draws``): nothing in it is a
 question a terminal answers, and the filter and the reset read it as it
 says."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from multiserver import for_terminal, screen_reset
-from multiserver._draws import ESCAPES, MODES, PARAM_MAX, SEQUENCES, Mode
-from multiserver._ecma48 import CSI, ESCAPE, decode, next_token
+from multiserver.terminal._draws import ESCAPES, MODES, PARAM_MAX, SEQUENCES, Mode
+from multiserver.terminal._ecma48 import CSI, ESCAPE, decode, next_token
 from tests.multiserver.test_replay import QUERIES, answers, pyte_answers
 
 

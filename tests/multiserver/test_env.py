@@ -5,7 +5,7 @@ environments are checked in test_daemon.py and tests/cli/test_env_real.py."""
 from __future__ import annotations
 
 from multiserver import DEFAULT_STRIP_ENV, launch_env, strip_env
-from multiserver._env import NEVER_INHERITED, child_env, env_patterns
+from multiserver.settings._env import NEVER_INHERITED, child_env, env_patterns
 
 
 def test_the_daemon_never_passes_the_clients_multiplexer_or_settings() -> None:

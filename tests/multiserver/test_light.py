@@ -15,9 +15,14 @@ import attrs
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from multiserver import _codec, _light, _light_messages as light
-from multiserver._frames import ProtocolError, Unrepresentable
-from multiserver._messages import MESSAGE_TYPES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Message
+from multiserver.protocol import _codec, _light, _light_messages as light
+from multiserver.protocol._frames import ProtocolError, Unrepresentable
+from multiserver.protocol._messages import (
+    MESSAGE_TYPES,
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    Message,
+)
 from tests.multiserver.test_codec_properties import PROPERTY_SETTINGS, message_strategy
 from tools import lightgen
 

@@ -1,4 +1,4 @@
-"""How a daemon was started, as its lock file says (``multiserver/_origin.py``):
+"""How a daemon was started, as its lock file says (``multiserver/daemon/_origin.py``):
 what is written reads back; anything else in the file is no origin (None),
 never an error, since ``multiserver daemon`` then only says less."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from multiserver._origin import MAX_SIZE, DaemonOrigin, read_origin, write_origin
+from multiserver.daemon._origin import MAX_SIZE, DaemonOrigin, read_origin, write_origin
 
 ORIGINS = [
     DaemonOrigin(42, "ab" * 16, "service", None),

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
-from multiserver import DaemonTooOld, RequestFailed, _core, open_client
-from multiserver._codec import (
+from multiserver import DaemonTooOld, RequestFailed, open_client
+from multiserver.daemon import _core
+from multiserver.daemon._core import listed
+from multiserver.protocol._codec import (
     HEADER,
     HEADER_SIZE,
     ProtocolError,
@@ -23,15 +25,14 @@ from multiserver._codec import (
     decode_body,
     encode_body,
 )
-from multiserver._core import listed
-from multiserver._messages import (
+from multiserver.protocol._messages import (
     OS_BYTES_VERSION,
     PROTOCOL_VERSION,
     ChildInfo,
     Launch,
     Launched,
 )
-from multiserver._osstr import escaped, is_utf8, to_wire
+from multiserver.system._osstr import escaped, is_utf8, to_wire
 from multiserver.testing import SimDaemon
 from tests.multiserver.test_codec import connected, feed, raw_frame
 from tests.multiserver.test_codec_properties import PROPERTY_SETTINGS, os_strings

@@ -1,6 +1,6 @@
 """What a replay writes to a person's terminal (``multiserver.for_terminal``
-on the one parser, ``multiserver._ecma48``, and the one table,
-``multiserver._draws``): only what draws.
+on the one parser, ``multiserver.terminal._ecma48``, and the one table,
+``multiserver.terminal._draws``): only what draws.
 
 Three checks written here, apart from the parser:
 
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from multiserver import ReplayEnd, for_terminal
-from multiserver._draws import (
+from multiserver.terminal._draws import (
     CONTROLS,
     ESCAPES,
     MODE_BY_NUMBER,
@@ -32,7 +32,7 @@ from multiserver._draws import (
     TITLE_MAX,
     TITLES,
 )
-from multiserver._ecma48 import OPEN, TEXT, decode, next_token, parse
+from multiserver.terminal._ecma48 import OPEN, TEXT, decode, next_token, parse
 
 
 def strip(data: bytes) -> bytes:
@@ -298,7 +298,7 @@ def test_a_cut_end_is_finished_by_the_live_output_as_a_replay(
 
 
 def test_a_cut_end_is_held_at_most_tail_max_then_dropped() -> None:
-    from multiserver._replay import TAIL_MAX
+    from multiserver.terminal._replay import TAIL_MAX
 
     end = ReplayEnd(b"\x1b]52;c;")
     assert end.feed(b"A" * (TAIL_MAX // 2)) == b""
@@ -648,7 +648,7 @@ def test_everything_that_draws_passes_byte_exact(pieces: list[bytes]) -> None:
 def test_the_fast_path_writes_what_the_tokens_one_by_one_would(pieces: list[bytes]) -> None:
     """``_DRAWS_ONLY`` takes runs whole at regex speed: what it takes must
     be what the token-by-token path writes."""
-    from multiserver import _replay
+    from multiserver.terminal import _replay
 
     data = b"".join(pieces)
     fast = for_terminal(data)

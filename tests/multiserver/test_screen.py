@@ -193,7 +193,7 @@ def test_every_mode_of_the_table_is_given_back_by_the_reset() -> None:
     """Every mode a replay may set, and every mode that traps a person, is
     put back to its safe value whatever was shown; the modes the reset
     follows (the alternate screen, origin mode) once something set them."""
-    from multiserver._draws import MODES
+    from multiserver.terminal._draws import MODES
 
     plain = ScreenModes().reset()
     for mode in MODES:

@@ -30,9 +30,9 @@ from multiserver import (
     connect,
     open_client,
 )
-from multiserver._calls import listing
-from multiserver._codec import FULL, HEADER, MAGIC, MAX_FRAME, Codec, Event, close_fds
-from multiserver._messages import (
+from multiserver.client._calls import listing
+from multiserver.protocol._codec import FULL, HEADER, MAGIC, MAX_FRAME, Codec, Event, close_fds
+from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
     Children,
     Error,
@@ -169,9 +169,9 @@ INTRUDER = """
 import json, os, socket, sys
 import trio
 from multiserver import RequestFailed, handshake
-from multiserver._codec import NEED_DATA, Codec
-from multiserver._messages import PROTOCOL_VERSION, Hello
-from multiserver._wire import FramedSocket
+from multiserver.protocol._codec import NEED_DATA, Codec
+from multiserver.protocol._messages import PROTOCOL_VERSION, Hello
+from multiserver.protocol._wire import FramedSocket
 
 path = sys.argv[1]
 os.setgroups([])

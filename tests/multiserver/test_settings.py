@@ -1,4 +1,4 @@
-"""The daemon's side of the settings (``multiserver/_settings.py``): every
+"""The daemon's side of the settings (``multiserver/settings/_settings.py``): every
 ``MULTISERVER_*`` variable is a row of one table whose kind reads it, the
 same kind reads the daemon's own command line and checks ``DaemonConfig``,
 and a value it refuses is one line naming where it came from. Text is read
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from multiserver import DaemonConfig, SettingError, default_daemon_number
-from multiserver._config import config_args, config_from_env
-from multiserver._setting_kinds import Seconds, Whole
-from multiserver._settings import (
+from multiserver.settings._config import config_args, config_from_env
+from multiserver.settings._setting_kinds import Seconds, Whole
+from multiserver.settings._settings import (
     BY_NAME,
     DAEMON_FIELDS,
     ENVIRONMENT,

@@ -13,14 +13,15 @@ import time
 import pytest
 import trio
 
-from multiserver import ChildExited, RequestFailed, _light_messages as light, is_a
-from multiserver._spawn import TimedOut
-from multiserver._sync import dial_blocking
+from multiserver import ChildExited, RequestFailed, is_a
+from multiserver.client._spawn import TimedOut
+from multiserver.client._sync import dial_blocking
+from multiserver.protocol import _light_messages as light
 from tests.conftest import MsDirs, RunningDaemon
 
 
 def test_the_blocking_client_imports_no_trio() -> None:
-    code = "import sys, multiserver._sync; print('trio' in sys.modules)"
+    code = "import sys, multiserver.client._sync; print('trio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

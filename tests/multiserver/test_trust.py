@@ -50,7 +50,7 @@ from multiserver import (
     runtime_dir,
     unsafe_socket_dirs,
 )
-from multiserver._spawn import connect_blocking
+from multiserver.client._spawn import connect_blocking
 from tests.conftest import MsDirs, daemon_pids_under
 from tests.multiserver.other_user import (
     NOBODY,

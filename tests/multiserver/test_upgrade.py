@@ -1,4 +1,4 @@
-"""Upgrading a daemon in place (``multiserver/_upgrade.py``), with this
+"""Upgrading a daemon in place (``multiserver/daemon/_upgrade.py``), with this
 checkout's code as the "installed" one: the mechanics (what crosses the
 exec, what a client sees). Upgrades to another build, and failed builds,
 are in ``tests/upgrade/``.
@@ -22,20 +22,9 @@ import pytest
 import trio
 
 from multiserver import DaemonPaths, RequestFailed, open_client
-from multiserver._children import ChildTable
-from multiserver._codec import Codec, Event
-from multiserver._messages import (
-    MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
-    Children,
-    Hello,
-    ListChildren,
-    Peek,
-    Peeked,
-    Welcome,
-)
-from multiserver._server import SERVER_NAME
-from multiserver._snapshot import (
+from multiserver.daemon._children import ChildTable
+from multiserver.daemon._server import SERVER_NAME
+from multiserver.daemon._snapshot import (
     FORMAT,
     Blob,
     BlobWriter,
@@ -45,6 +34,17 @@ from multiserver._snapshot import (
     blob,
     decode,
     encode,
+)
+from multiserver.protocol._codec import Codec, Event
+from multiserver.protocol._messages import (
+    MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
+    Children,
+    Hello,
+    ListChildren,
+    Peek,
+    Peeked,
+    Welcome,
 )
 from tests.conftest import (
     MsDirs,

@@ -17,9 +17,9 @@ from pathlib import Path
 import trio
 
 from multiserver import open_client
-from multiserver._codec import Codec
-from multiserver._messages import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Hello, Peek
-from multiserver._upgrade import QUIET_WAIT
+from multiserver.daemon._upgrade import QUIET_WAIT
+from multiserver.protocol._codec import Codec
+from multiserver.protocol._messages import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Hello, Peek
 from tests.cli.conftest import ms
 from tests.conftest import MsDirs, RunningDaemon, is_alive, wait_until
 from tests.multiserver.test_daemon import seq_output, wait_buffered

@@ -48,7 +48,7 @@ class Builds:
 
 def _refuse_every_snapshot(text: str) -> str:
     out = text.replace("\nOLDEST_READ = 1\n", "\nOLDEST_READ = FORMAT + 1\n")
-    assert out != text, "multiserver/_snapshot.py: no `OLDEST_READ = 1` line"
+    assert out != text, "multiserver/daemon/_snapshot.py: no `OLDEST_READ = 1` line"
     return out
 
 
@@ -66,10 +66,17 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
             a,
             out,
             f"{b_version}.broken",
-            {"multiserver/_server.py": lambda t: t + '\nraise ImportError("broken on purpose")\n'},
+            {
+                "multiserver/daemon/_server.py": lambda t: (
+                    t + '\nraise ImportError("broken on purpose")\n'
+                )
+            },
         ),
         refusing=_builds.variant(
-            a, out, f"{b_version}.refusing", {"multiserver/_snapshot.py": _refuse_every_snapshot}
+            a,
+            out,
+            f"{b_version}.refusing",
+            {"multiserver/daemon/_snapshot.py": _refuse_every_snapshot},
         ),
     )
 
