@@ -8,7 +8,7 @@ a person types pays for every import), so it holds messages as plain
 classes with the same names, fields, defaults and type codes, generated
 here, and reads and writes their bodies with ``_light``, a codec driven by
 the field table generated beside them. ``make faces`` runs this;
-``tests/multiserver/test_light.py`` fails when the module is stale, and runs
+``tests/multiserver/protocol/test_light.py`` fails when the module is stale, and runs
 every message through both codecs.
 
 Each field's kind, as the table spells it: ``int float str bool bytes os``
@@ -181,7 +181,7 @@ def module_text() -> str:
         [*RECORDS, *MESSAGE_TYPES.values()],
         source="multiserver/protocol/_messages.py",
         generator="tools/lightgen.py",
-        test="``tests/multiserver/test_light.py``",
+        test="``tests/multiserver/protocol/test_light.py``",
         about=(
             "The protocol's messages as plain classes, for the blocking client, which\n"
             "imports neither attrs nor cattrs (``_light`` reads and writes them). Each\n"

@@ -10,7 +10,7 @@ message classes and the body codec that reads and writes them. The daemon,
 the trio client and the test harness use the attrs classes and the cattrs
 converter (``_codec.FULL``); the blocking client uses classes generated
 from them and a codec driven by the same table (``_light.LIGHT``), which
-import neither attrs nor cattrs. ``tests/multiserver/test_light.py`` runs
+import neither attrs nor cattrs. ``tests/multiserver/protocol/test_light.py`` runs
 every message through both.
 
 Frame layout (network byte order)::

@@ -5,7 +5,7 @@ client, and every command that uses only it, starts in a fraction of the
 time. ``LIGHT`` is its message family (``_frames.Family``).
 
 It is held to the cattrs codec (``_codec``), which stays the definition:
-``tests/multiserver/test_light.py`` runs every message type through both,
+``tests/multiserver/protocol/test_light.py`` runs every message type through both,
 both ways, and compares the bytes and the values. Like it, it takes only
 the exact JSON type of each field ("5" is not 5, true is not 1), no field
 it does not know and none missing, the OS string forms of ``_body``, and

@@ -1,5 +1,5 @@
 """GENERATED from multiserver/protocol/_messages.py by tools/lightgen.py
-(``make faces``); do not edit. ``tests/multiserver/test_light.py`` fails
+(``make faces``); do not edit. ``tests/multiserver/protocol/test_light.py`` fails
 when it is stale.
 
 The protocol's messages as plain classes, for the blocking client, which

@@ -11,7 +11,7 @@ a frozen record also refuses ``setattr`` and hashes by its fields, as attrs'
 frozen classes do. ``ClassVar`` annotations are not fields. What they do not
 do: validators, converters, factories, inheritance of fields; a class that
 needs them is an attrs class. ``replaced`` (``_frames``) copies either kind.
-``tests/multiserver/test_record.py`` holds them to attrs.
+``tests/multiserver/protocol/test_record.py`` holds them to attrs.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from the same table, so that every mode a replay may set, leaving unsets.
 
 Nothing else: no C1 control in either encoding, no DCS, APC, PM or SOS
 string, no OSC but the title, no mode not named here, no query (nothing
-in the table is one: ``tests/multiserver/test_draws.py`` holds it to a
+in the table is one: ``tests/multiserver/terminal/test_draws.py`` holds it to a
 list of every question the terminals met answer).
 """
 

@@ -1,4 +1,4 @@
-"""Security items of the issue that tests/multiserver/test_security.py and
+"""Security items of the issue that tests/multiserver/daemon/test_security.py and
 test_daemon.py do not already cover:
 
 - children inherit no fd but their PTY, checked in /proc/PID/fd for nine

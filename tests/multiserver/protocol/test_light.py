@@ -23,7 +23,7 @@ from multiserver.protocol._messages import (
     PROTOCOL_VERSION,
     Message,
 )
-from tests.multiserver.test_codec_properties import PROPERTY_SETTINGS, message_strategy
+from tests.multiserver.protocol.test_codec_properties import PROPERTY_SETTINGS, message_strategy
 from tools import lightgen
 
 VERSIONS = range(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION + 1)

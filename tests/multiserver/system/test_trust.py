@@ -52,7 +52,7 @@ from multiserver import (
 )
 from multiserver.client._spawn import connect_blocking
 from tests.conftest import MsDirs, daemon_pids_under
-from tests.multiserver.other_user import (
+from tests.multiserver.system.other_user import (
     NOBODY,
     OtherUser,
     fake_daemon,

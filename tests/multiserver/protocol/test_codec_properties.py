@@ -39,7 +39,7 @@ from multiserver.protocol._messages import (
     Welcome,
     is_os_str,
 )
-from tests.multiserver.test_codec import Pipes, fd_is_closed
+from tests.multiserver.protocol.test_codec import Pipes, fd_is_closed
 
 PROPERTY_SETTINGS = settings(
     max_examples=150,

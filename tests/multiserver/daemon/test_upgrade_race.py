@@ -22,7 +22,7 @@ from multiserver.protocol._codec import Codec
 from multiserver.protocol._messages import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Hello, Peek
 from tests.cli.conftest import ms
 from tests.conftest import MsDirs, RunningDaemon, is_alive, wait_until
-from tests.multiserver.test_daemon import seq_output, wait_buffered
+from tests.multiserver.daemon.test_daemon import seq_output, wait_buffered
 from tests.procs import check_process
 from tests.reliability._raw import RawConnection
 from tests.timing import TIMER_SLACK

@@ -349,7 +349,7 @@ def test_header_fields_of_sent_frames() -> None:
 
 
 def test_hello_frame_bytes_match_the_documented_example() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "protocol.md").read_text()
     example = doc[doc.index("## 8. Example") :]
     block = example[example.index("```") + 3 :]
     block = block[: block.index("```")]

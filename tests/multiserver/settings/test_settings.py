@@ -30,7 +30,7 @@ from multiserver.settings._settings import (
 )
 from tests.conftest import MsDirs, daemon_pids_under
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 BYTES = "must be a whole number of bytes from 0 to 8388608"
 IDLE = "must be more than 0 and at most 1000000 seconds, or never"

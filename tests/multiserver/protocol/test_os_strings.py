@@ -34,8 +34,8 @@ from multiserver.protocol._messages import (
 )
 from multiserver.system._osstr import escaped, is_utf8, to_wire
 from multiserver.testing import SimDaemon
-from tests.multiserver.test_codec import connected, feed, raw_frame
-from tests.multiserver.test_codec_properties import PROPERTY_SETTINGS, os_strings
+from tests.multiserver.protocol.test_codec import connected, feed, raw_frame
+from tests.multiserver.protocol.test_codec_properties import PROPERTY_SETTINGS, os_strings
 
 LATIN = os.fsdecode(b"caf\xe9")  # "caf\udce9"
 HOME = os.fsdecode(b"/home/u/caf\xe9")
@@ -109,7 +109,7 @@ def test_child_info_carries_them_back() -> None:
 
 
 def test_the_documented_examples_are_what_the_codec_writes() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    doc = (Path(__file__).parents[3] / "docs" / "protocol.md").read_text()
     section = doc[doc.index("**OS strings.**") :]
     block = section[section.index("```") + 3 :]
     lines = block[: block.index("```")].split()

@@ -9,7 +9,7 @@ import pytest
 from multiserver import for_terminal, screen_reset
 from multiserver.terminal._draws import ESCAPES, MODES, PARAM_MAX, SEQUENCES, Mode
 from multiserver.terminal._ecma48 import CSI, ESCAPE, decode, next_token
-from tests.multiserver.test_replay import QUERIES, answers, pyte_answers
+from tests.multiserver.terminal.test_replay import QUERIES, answers, pyte_answers
 
 
 def _samples(key: tuple[str, str, str]) -> list[bytes]:

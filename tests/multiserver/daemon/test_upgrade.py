@@ -56,7 +56,7 @@ from tests.conftest import (
     wait_fds_back,
     wait_until,
 )
-from tests.multiserver.test_daemon import seq_output, wait_buffered
+from tests.multiserver.daemon.test_daemon import seq_output, wait_buffered
 
 TIMEOUT = 20.0  # an upgrade runs the check (an interpreter start) and an exec
 
