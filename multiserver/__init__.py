@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 # that lives for days); a command that needs only the paths loads only
 # them. Type checkers read __init__.pyi, generated from this table.
 EXPORTS = {
-    "multiserver.daemon._buffer": ("OutputBuffer", "safe_start"),
+    "multiserver.terminal._buffer": ("OutputBuffer", "safe_start"),
     "multiserver.client._client": ("Client", "dial", "handshake", "open_client"),
     "multiserver.protocol._frames": ("close_fds", "is_a", "replaced"),
     "multiserver.client._hooks": ("WELCOME_HOOKS",),

@@ -52,10 +52,6 @@ from multiserver.client._sync import (
     SyncClient as SyncClient,
     dial_blocking as dial_blocking,
 )
-from multiserver.daemon._buffer import (
-    OutputBuffer as OutputBuffer,
-    safe_start as safe_start,
-)
 from multiserver.daemon._daemon_main import (
     run_foreground as run_foreground,
 )
@@ -153,6 +149,10 @@ from multiserver.system._trust import (
     check_private_dir as check_private_dir,
     check_socket as check_socket,
     ensure_private_dir as ensure_private_dir,
+)
+from multiserver.terminal._buffer import (
+    OutputBuffer as OutputBuffer,
+    safe_start as safe_start,
 )
 from multiserver.terminal._ecma48 import (
     unfinished_at as unfinished_at,

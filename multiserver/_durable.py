@@ -35,8 +35,8 @@ import re
 import threading
 from pathlib import Path
 
-from multiserver.daemon._buffer import safe_start
 from multiserver.system._paths import write_whole
+from multiserver.terminal._buffer import safe_start
 
 OUTPUT_DIR = "output"
 # The newest bytes a file keeps: what a restore replays of a session

@@ -30,7 +30,6 @@ from pathlib import Path
 import trio
 
 from multiserver._durable import KEPT_OUTPUT
-from multiserver.daemon._buffer import OutputBuffer
 from multiserver.daemon._core import LaunchError, command_not_found
 from multiserver.daemon._keeping import OutputKeeper
 from multiserver.daemon._openfiles import FileBudget
@@ -38,6 +37,7 @@ from multiserver.daemon._snapshot import BlobWriter, ChildState, blob_view
 from multiserver.protocol._messages import ChildInfo, Launch
 from multiserver.system import _platform
 from multiserver.system._osstr import escaped
+from multiserver.terminal._buffer import OutputBuffer
 
 log = logging.getLogger("multiserver.daemon")
 

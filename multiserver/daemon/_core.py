@@ -42,7 +42,6 @@ from typing import Generic, Protocol, TypeVar
 
 import attrs
 
-from multiserver.daemon._buffer import OutputBuffer
 from multiserver.daemon._fds import OwnedFd, close_all, dup_all
 from multiserver.protocol._codec import MAX_FDS_PER_FRAME, FrameTooLarge
 from multiserver.protocol._messages import (
@@ -81,6 +80,7 @@ from multiserver.protocol._messages import (
 from multiserver.protocol._proto import UPGRADE_VERSION, selected
 from multiserver.settings._env import child_env
 from multiserver.system._osstr import escaped, is_utf8
+from multiserver.terminal._buffer import OutputBuffer
 
 # The most children one Claim or Release may name. An answer is a few dozen
 # bytes per id: a bound keeps one request from filling the daemon's memory.

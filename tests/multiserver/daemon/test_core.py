@@ -14,7 +14,6 @@ import attrs
 import pytest
 
 from multiserver.daemon import _fds
-from multiserver.daemon._buffer import OutputBuffer
 from multiserver.daemon._core import (
     ARGV_LISTED,
     MAX_REQUEST_IDS,
@@ -44,6 +43,7 @@ from multiserver.protocol._messages import (
     Upgrade,
     Welcome,
 )
+from multiserver.terminal._buffer import OutputBuffer
 
 
 @attrs.define(eq=False)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from multiserver.daemon._buffer import ESC, OutputBuffer, escape_end, safe_start
+from multiserver.terminal._buffer import ESC, OutputBuffer, escape_end, safe_start
 
 # --- escape_end -----------------------------------------------------------------------
 
