@@ -29,8 +29,7 @@ from pathlib import Path
 from benchmarks.common import Scratch, run_command, scratch, wait_for
 from benchmarks.results import Limit, Row, Settings, median, spread
 from benchmarks.terminal import MULTISERVER, Outer, multiserver_bin
-from multiserver import DaemonPaths, dial_blocking
-from multiserver._paths import default_daemon_number
+from multiserver import DaemonPaths, default_daemon_number, dial_blocking
 
 NAME = "scrollback"
 WINDOW = 8.0

@@ -22,7 +22,7 @@ detached ``sleep 1000`` sessions launched through one connection. Each run:
 - timed, the command: ``multiserver upgrade`` as a person runs it (its own
   start, the check run, the pause), wall time.
 - baseline, timed: the floor of any new code, ``python -P -c "import
-  multiserver._daemon_main"`` in the venv: the interpreter's start and the
+  multiserver.daemon._daemon_main"`` in the venv: the interpreter's start and the
   daemon's imports, which the resumed process pays before it reads the
   snapshot.
 
@@ -56,8 +56,8 @@ from benchmarks.common import (
 from benchmarks.installed import installed
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, DaemonPaths, open_client
-from multiserver._codec import Codec
-from multiserver._messages import Hello
+from multiserver.protocol._codec import Codec
+from multiserver.protocol._messages import Hello
 
 NAME = "upgrade"
 TARGET_MS = {200: 100.0}
@@ -65,7 +65,7 @@ TARGET_MS = {200: 100.0}
 SECONDS = {200: 25.0, 1000: 45.0}
 PROBE_GAP = 0.002
 UPGRADE_TIMEOUT = 60.0
-FLOOR_IMPORT = "import multiserver._daemon_main"
+FLOOR_IMPORT = "import multiserver.daemon._daemon_main"
 # Top-level modules counted under another name in the floor's breakdown.
 PACKAGE_OF = {"attr": "attrs", "cattr": "cattrs", "outcome": "trio", "sniffio": "trio"}
 PACKAGE_OF |= {"sortedcontainers": "trio", "idna": "trio", "platformdirs": "multiserver"}
@@ -219,7 +219,7 @@ def _row(count: int, s: Samples, where: str) -> Row:
         value=value,
         unit="ms",
         runs=len(s.pause),
-        baseline="python -P -c 'import multiserver._daemon_main' (the new code's floor)",
+        baseline="python -P -c 'import multiserver.daemon._daemon_main' (the new code's floor)",
         baseline_value=median(s.floor),
         detail=(
             f"range {spread(s.pause)} ms; {paired_ratio(s.pause, s.floor):.1f}x the floor;"

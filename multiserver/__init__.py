@@ -25,13 +25,13 @@ __version__ = "0.1.0"
 # that lives for days); a command that needs only the paths loads only
 # them. Type checkers read __init__.pyi, generated from this table.
 EXPORTS = {
-    "multiserver._buffer": ("OutputBuffer", "safe_start"),
-    "multiserver._client": ("Client", "dial", "handshake", "open_client"),
-    "multiserver._frames": ("close_fds", "is_a", "replaced"),
-    "multiserver._hooks": ("WELCOME_HOOKS",),
-    "multiserver._config": ("DaemonConfig", "config_from_env"),
-    "multiserver._daemon_main": ("run_foreground",),
-    "multiserver._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
+    "multiserver.terminal._buffer": ("OutputBuffer", "safe_start"),
+    "multiserver.client._client": ("Client", "dial", "handshake", "open_client"),
+    "multiserver.protocol._frames": ("close_fds", "is_a", "replaced"),
+    "multiserver.client._hooks": ("WELCOME_HOOKS",),
+    "multiserver.settings._config": ("DaemonConfig", "config_from_env"),
+    "multiserver.daemon._daemon_main": ("run_foreground",),
+    "multiserver.settings._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
     "multiserver._durable": (
         "KEPT_OUTPUT",
         "DurableOutput",
@@ -41,7 +41,7 @@ EXPORTS = {
         "read_output",
         "read_state",
     ),
-    "multiserver._ecma48": ("unfinished_at",),
+    "multiserver.terminal._ecma48": ("unfinished_at",),
     "multiserver._errors": (
         "ChildFailed",
         "ConnectionClosed",
@@ -56,18 +56,16 @@ EXPORTS = {
         "VersionRefused",
     ),
     "multiserver._lazy": ("lazy_exports",),
-    "multiserver._light": ("twin_structurers",),
-    "multiserver._lightgen": ("twin_module_text", "write_module"),
+    "multiserver.protocol._light": ("twin_structurers",),
     # The notices a SyncClient gives, as it holds them (is_a tells either kind).
-    "multiserver._light_messages": ("LightChildExited", "LightChildTaken"),
-    "multiserver._messages": ("ChildExited", "ChildInfo", "ChildTaken"),
-    "multiserver._origin": ("DaemonOrigin", "read_origin"),
-    "multiserver._osstr": ("escaped", "printable"),
-    "multiserver._paths": (
+    "multiserver.protocol._light_messages": ("LightChildExited", "LightChildTaken"),
+    "multiserver.protocol._messages": ("ChildExited", "ChildInfo", "ChildTaken"),
+    "multiserver.daemon._origin": ("DaemonOrigin", "read_origin"),
+    "multiserver.system._osstr": ("escaped", "printable"),
+    "multiserver.system._paths": (
         "SOCKET_RE",
         "DaemonPaths",
         "LockBusy",
-        "default_daemon_number",
         "fallback_dir",
         "find_sockets",
         "lock_is_held",
@@ -79,17 +77,18 @@ EXPORTS = {
         "user_dir",
         "write_whole",
     ),
-    "multiserver._platform": ("foreground", "open_fd_count", "set_winsize"),
-    "multiserver._setting_kinds": ("AbsolutePath", "Kind", "Seconds", "Setting"),
-    "multiserver._settings": (
+    "multiserver.system._platform": ("foreground", "open_fd_count", "set_winsize"),
+    "multiserver.settings._setting_kinds": ("AbsolutePath", "Kind", "Seconds", "Setting"),
+    "multiserver.settings._settings": (
         "ENVIRONMENT",
         "MAX_BUFFER_LIMIT",
         "check_environment",
+        "default_daemon_number",
         "from_environment",
     ),
-    "multiserver._record": ("Twin", "mutable_record", "record"),
-    "multiserver._screen": ("ScreenModes", "screen_reset"),
-    "multiserver._proto": (
+    "multiserver.protocol._record": ("Twin", "mutable_record", "record"),
+    "multiserver.terminal._screen": ("ScreenModes", "screen_reset"),
+    "multiserver.protocol._proto": (
         "MIN_PROTOCOL_VERSION",
         "NAME_RE",
         "PROTOCOL_VERSION",
@@ -98,18 +97,18 @@ EXPORTS = {
         "describe_exit",
         "exit_status",
     ),
-    "multiserver._peer": ("verify_peer",),
-    "multiserver._replay": ("ReplayEnd", "for_terminal", "strip_for_terminal"),
-    "multiserver._results": ("ClaimResult", "LaunchResult", "PeekResult"),
-    "multiserver._spawn": ("TimedOut", "spawn_detached"),
-    "multiserver._stale": ("SocketFound", "remove_stale_socket", "unlink_if_same"),
-    "multiserver._trust": (
+    "multiserver.system._peer": ("verify_peer",),
+    "multiserver.terminal._replay": ("ReplayEnd", "for_terminal", "strip_for_terminal"),
+    "multiserver.client._results": ("ClaimResult", "LaunchResult", "PeekResult"),
+    "multiserver.client._spawn": ("TimedOut", "spawn_detached"),
+    "multiserver.system._stale": ("SocketFound", "remove_stale_socket", "unlink_if_same"),
+    "multiserver.system._trust": (
         "check_path_chain",
         "check_private_dir",
         "check_socket",
         "ensure_private_dir",
     ),
-    "multiserver._start": ("connect", "connect_or_start"),
-    "multiserver._sync": ("SyncClient", "dial_blocking"),
+    "multiserver.client._start": ("connect", "connect_or_start"),
+    "multiserver.client._sync": ("SyncClient", "dial_blocking"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS, globals())

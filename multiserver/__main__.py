@@ -1,6 +1,6 @@
 """``python -m multiserver``: the detached daemon, as started by a client."""
 
-from multiserver._daemon_main import main
+from multiserver.daemon._daemon_main import main
 
 if __name__ == "__main__":
     main()

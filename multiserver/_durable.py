@@ -35,8 +35,8 @@ import re
 import threading
 from pathlib import Path
 
-from multiserver._buffer import safe_start
-from multiserver._paths import write_whole
+from multiserver.system._paths import write_whole
+from multiserver.terminal._buffer import safe_start
 
 OUTPUT_DIR = "output"
 # The newest bytes a file keeps: what a restore replays of a session
@@ -173,7 +173,7 @@ class DurableOutput:
             os.rmdir(self.path.parent)  # only once empty
 
     def _make_dir(self) -> None:
-        from multiserver._trust import ensure_private_dir
+        from multiserver.system._trust import ensure_private_dir
 
         ensure_private_dir(self.path.parent)
 

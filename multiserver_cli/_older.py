@@ -2,7 +2,7 @@
 once (per daemon and version), with the command that upgrades it in place.
 
 Hooked into every handshake of the blocking client
-(``multiserver._hooks``) by ``main``; ``upgrade`` and ``daemon`` say versions
+(``multiserver.client._hooks``) by ``main``; ``upgrade`` and ``daemon`` say versions
 themselves and are left out. What is met is said when the command is done
 (``say_pending``, from ``main``): an ``attach`` meets its daemon before the
 replay, which would paint over a line said then (issue 36). It counts as

@@ -4,7 +4,7 @@ after a reboot shows it (docs/restore.md, "Scrollback"): its output file
 
 Who writes it, never two at once for one session:
 
-- while nobody holds the session, its daemon (``multiserver/_keeping.py``);
+- while nobody holds the session, its daemon (``multiserver/daemon/_keeping.py``);
 - while a client holds it, that attach client: it alone sees the output
   then. ``ScreenKeeper`` writes it every SAVE_EVERY seconds while output
   flows, and once more before the session is given back.

@@ -27,9 +27,9 @@ from multiserver import (
     VersionRefused,
     open_client,
 )
-from multiserver._codec import Codec
-from multiserver._messages import Error, Hello, ListChildren
-from multiserver._wire import FramedSocket
+from multiserver.protocol._codec import Codec
+from multiserver.protocol._messages import Error, Hello, ListChildren
+from multiserver.protocol._wire import FramedSocket
 from multiserver.testing import (
     Behavior,
     Claim,

@@ -9,7 +9,15 @@ nothing is imported.
   with ``_``): packages meet at their faces;
 - no function over ``FUNCTION_LIMIT`` lines of code (blank lines, comments
   and docstrings aside);
-- no module of the command-line package over ``CLI_MODULE_LIMIT`` lines.
+- no module of the command-line package over ``CLI_MODULE_LIMIT`` lines;
+- ``multiserver``'s rooms (its subpackages) keep their arrows
+  (``ROOM_RULES``): the daemon never imports a client, the protocol
+  neither, the terminal none of the three, and the OS seam (``system``)
+  only itself and ``multiserver._errors``; nothing in ``multiserver``
+  imports the packages built on it (``restore``, ``adopter``,
+  ``multiserver_cli``) or the build's ``tools``;
+- a room's ``__init__.py`` is a docstring and nothing else: modules
+  import each other by full path, never through a room.
 """
 
 from __future__ import annotations
@@ -24,6 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("multiserver", "restore", "adopter", "multiserver_cli")
 FUNCTION_LIMIT = 80
 CLI_MODULE_LIMIT = 450
+
+# multiserver's rooms: a module of the room on the left imports nothing
+# under a prefix on the right (docs/architecture.md, "multiserver/: rooms").
+ROOM_RULES: dict[str, tuple[str, ...]] = {
+    "multiserver.daemon": ("multiserver.client",),
+    "multiserver.protocol": ("multiserver.daemon", "multiserver.client"),
+    "multiserver.terminal": ("multiserver.protocol", "multiserver.daemon", "multiserver.client"),
+    "multiserver": ("multiserver_cli", "restore", "adopter", "tools"),
+}
+# The OS seam imports only itself and the errors: every room may use it.
+SEAM = "multiserver.system"
+SEAM_MAY_IMPORT = (SEAM, "multiserver._errors")
 
 
 @attrs.frozen
@@ -167,6 +187,62 @@ def private_imports() -> list[str]:
     return bad
 
 
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(f"{prefix}.")
+
+
+def _imported_names(tree: ast.Module) -> Iterator[str]:
+    """Every module name ``tree`` imports (absolute imports), ours or not:
+    ``tools`` is no shipped package, so the graph does not hold it."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+def room_breaches(graph: dict[str, set[str]], outside: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import a room's rule forbids;
+    ``outside``: the names each module imports that the graph does not
+    hold (another distribution's, the build's)."""
+    bad = []
+    for importer in sorted(graph.keys() | outside.keys()):
+        targets = graph.get(importer, set()) | outside.get(importer, set())
+        for room, forbidden in ROOM_RULES.items():
+            if _under(importer, room):
+                bad += [
+                    f"{importer} -> {t}"
+                    for t in sorted(targets)
+                    if any(_under(t, f) for f in forbidden)
+                ]
+        if _under(importer, SEAM):
+            bad += [
+                f"{importer} -> {t}"
+                for t in sorted(graph.get(importer, set()))
+                if not any(_under(t, ok) for ok in SEAM_MAY_IMPORT)
+            ]
+    return bad
+
+
+def rooms_that_hold_code() -> list[str]:
+    """The rooms (multiserver's subpackages but its public ``testing``)
+    whose ``__init__.py`` holds more than a docstring."""
+    bad = []
+    for name, module in shipped_modules().items():
+        if not (module.is_package and name.startswith("multiserver.") and name.count(".") == 1):
+            continue
+        body = module.tree().body
+        docstring_only = (
+            len(body) == 1
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        )
+        if name != "multiserver.testing" and not docstring_only:
+            bad.append(name)
+    return bad
+
+
 def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, source: list[str]) -> int:
     """Lines of code of a function: its lines less blank ones, comments and
     its docstring."""
@@ -228,6 +304,19 @@ def test_no_command_line_module_over_the_limit() -> None:
     assert long_cli_modules() == []
 
 
+def test_the_rooms_keep_their_arrows() -> None:
+    modules = shipped_modules()
+    outside = {
+        name: {n for n in _imported_names(m.tree()) if n.split(".")[0] not in PACKAGES}
+        for name, m in modules.items()
+    }
+    assert room_breaches(import_graph(), outside) == []
+
+
+def test_a_room_is_a_docstring_and_nothing_else() -> None:
+    assert rooms_that_hold_code() == []
+
+
 def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     """Each check fails on a case made for it."""
     graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b": {"a.x"}}
@@ -240,8 +329,25 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     here = Module("restore._x", tmp_path / "x.py", False)
     modules = {
         "multiserver": Module("multiserver", tmp_path, True),
-        "multiserver._paths": Module("multiserver._paths", tmp_path, False),
+        "multiserver.system._paths": Module("multiserver.system._paths", tmp_path, False),
         "restore._x": here,
     }
-    tree = ast.parse("from multiserver._paths import LockBusy\nfrom multiserver import DaemonPaths")
-    assert sorted(imports(here, tree, modules)) == ["multiserver", "multiserver._paths"]
+    tree = ast.parse(
+        "from multiserver.system._paths import LockBusy\nfrom multiserver import DaemonPaths"
+    )
+    assert sorted(imports(here, tree, modules)) == ["multiserver", "multiserver.system._paths"]
+    rooms = {
+        "multiserver.daemon._a": {"multiserver.client._b", "multiserver.protocol._c"},
+        "multiserver.protocol._c": {"multiserver.daemon"},
+        "multiserver.terminal._d": {"multiserver.protocol._c"},
+        "multiserver.system._e": {"multiserver._errors", "multiserver.system._f", "multiserver"},
+        "multiserver._top": {"restore"},
+    }
+    assert room_breaches(rooms, {"multiserver.client._b": {"tools.lightgen"}}) == [
+        "multiserver._top -> restore",
+        "multiserver.client._b -> tools.lightgen",
+        "multiserver.daemon._a -> multiserver.client._b",
+        "multiserver.protocol._c -> multiserver.daemon",
+        "multiserver.system._e -> multiserver",
+        "multiserver.terminal._d -> multiserver.protocol._c",
+    ]

@@ -1,5 +1,6 @@
 """What a user installs: the typed libraries carry their ``py.typed``
-marker (PEP 561), or a type checker ignores their annotations."""
+marker (PEP 561), or a type checker ignores their annotations; the
+checkout's build tools (``tools/``) are not installed."""
 
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ def test_the_installed_typed_packages_have_py_typed(package: str) -> None:
     assert importlib.resources.files(package).joinpath("py.typed").is_file()
 
 
-def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> None:
+def test_the_wheel_carries_every_module_and_py_typed_but_no_tools(tmp_path: Path) -> None:
     """Built from a copy of the source (the worktree gets no build dirs)."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for package in (*TYPED, "multiserver_cli"):
+    for package in (*TYPED, "multiserver_cli", "tools"):
         shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    packages = [src / p for p in (*TYPED, "multiserver_cli")]
+    modules = {m.relative_to(src).as_posix() for p in packages for m in p.rglob("*.py")}
     out = tmp_path / "wheel"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
@@ -39,7 +42,10 @@ def test_the_wheel_carries_py_typed_for_each_typed_package(tmp_path: Path) -> No
     (wheel,) = out.glob("multiserver-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"{p}/py.typed" for p in TYPED} <= names
+    # Every module of the packages, in every subpackage (multiserver's rooms).
+    assert modules - names == set()
     assert "multiserver_cli/py.typed" not in names  # the command is no library
+    assert not [n for n in names if n.startswith("tools/")]  # the build's, not the user's
 
 
 def test_make_run_says_how_to_put_multiserver_on_path(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ daemon that never served). See docs/testing.md for what is not simulated.
 """
 
 # The messages a client sends, re-exported to key a Behavior's rules.
-from multiserver._messages import (
+from multiserver.protocol._messages import (
     Claim as Claim,
     Collect as Collect,
     Hello as Hello,

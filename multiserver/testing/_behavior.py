@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import attrs
 
-from multiserver._messages import CLIENT_MESSAGES, Hello, Message
+from multiserver.protocol._messages import CLIENT_MESSAGES, Hello, Message
 
 
 def _non_negative(_inst: object, _attr: object, value: float) -> None:

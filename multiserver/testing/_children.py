@@ -10,8 +10,8 @@ from typing import Protocol
 
 import trio
 
-from multiserver._buffer import OutputBuffer
-from multiserver._messages import ChildInfo
+from multiserver.protocol._messages import ChildInfo
+from multiserver.terminal._buffer import OutputBuffer
 
 
 class ChildOwner(Protocol):

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import trio
 
-from multiserver._config import DaemonConfig
-from multiserver._connection import ClientConnection
-from multiserver._core import Answer, RequestCore, command_not_found, launch_problem
-from multiserver._messages import Launch, Message
-from multiserver._paths import fits_sun_path
-from multiserver._server import bind_listener
-from multiserver._trust import ensure_private_dir
-from multiserver._wire import IntakeBudget
+from multiserver.daemon._connection import ClientConnection
+from multiserver.daemon._core import Answer, RequestCore, command_not_found, launch_problem
+from multiserver.daemon._server import bind_listener
+from multiserver.protocol._messages import Launch, Message
+from multiserver.protocol._wire import IntakeBudget
+from multiserver.settings._config import DaemonConfig
+from multiserver.system._paths import fits_sun_path
+from multiserver.system._trust import ensure_private_dir
 from multiserver.testing._behavior import Behavior
 from multiserver.testing._children import SimChild, _fake_pids
 from multiserver.testing._intercept import BehaviorIntercept
@@ -112,7 +112,7 @@ class SimDaemon:
     """An in-process daemon on a real Unix socket, with simulated children.
 
     It runs the daemon's own request core and client connections
-    (``multiserver._core``, ``multiserver._connection``): only its children
+    (``multiserver.daemon._core``, ``multiserver.daemon._connection``): only its children
     (socketpairs) and its ``Behavior`` are simulated.
 
     ``socket_path`` is where it listens; its directory is created 0700 if

@@ -10,10 +10,10 @@ from typing import Protocol
 import attrs
 import trio
 
-from multiserver._codec import MAGIC
-from multiserver._connection import ClientConnection
-from multiserver._core import Answer, Reply
-from multiserver._messages import (
+from multiserver.daemon._connection import ClientConnection
+from multiserver.daemon._core import Answer, Reply
+from multiserver.protocol._codec import MAGIC
+from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     Hello,

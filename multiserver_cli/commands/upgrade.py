@@ -1,6 +1,6 @@
 """``multiserver upgrade``: every running daemon of this user (``--daemon
 N``: that one) replaces its code with the installed one, in place: the same
-pid, socket, sessions and connections (``multiserver/_upgrade.py``).
+pid, socket, sessions and connections (``multiserver/daemon/_upgrade.py``).
 ``--host H`` runs the host's own ``multiserver upgrade`` through ssh.
 
 One line per daemon, from which version to which and how long it served

@@ -1,4 +1,4 @@
-"""GENERATED from restore/store/_model.py by restore/store/_lightgen.py
+"""GENERATED from restore/store/_model.py by tools/store_lightgen.py
 (``make faces``); do not edit. ``tests/restore/store/test_outline.py`` fails
 when it is stale.
 

@@ -4,7 +4,7 @@ milliseconds of wall time.
 
 Every test gets a private runtime dir (``ms_dirs``, MULTISERVER_RUNTIME_DIR,
 mode 0700) where sims listen at ``multiserver-daemon-N.socket``, and a private
-short-path fallback dir (``multiserver._paths.fallback_dir`` is replaced), so
+short-path fallback dir (``multiserver.system._paths.fallback_dir`` is replaced), so
 a sweep never sees the machine's real sockets.
 """
 
@@ -36,7 +36,7 @@ from adopter import (
     sweep,
 )
 from multiserver import ChildInfo, DaemonPaths, MultiserverError, describe_exit, open_client
-from multiserver._paths import try_lock
+from multiserver.system._paths import try_lock
 from multiserver.testing import Behavior, Claim, Collect, Hello, SimChild, SimDaemon
 from restore import (
     ATTACH_SHARE,
@@ -75,7 +75,7 @@ def no_real_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
     async def refuse(*_args: Any, **_kw: Any) -> int:
         raise MultiserverError("daemon failed to start: no real daemons in harness tests")
 
-    monkeypatch.setattr("multiserver._start.start_daemon", refuse)
+    monkeypatch.setattr("multiserver.client._start.start_daemon", refuse)
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def dirs(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> Dirs:
     a test makes it)."""
     ms_dirs.runtime.mkdir(mode=0o700)
     fallback = ms_dirs.root / "fb"
-    monkeypatch.setattr("multiserver._paths.fallback_dir", lambda: fallback)
+    monkeypatch.setattr("multiserver.system._paths.fallback_dir", lambda: fallback)
     tmp = ms_dirs.root / "tmp"
     tmp.mkdir(mode=0o700)
     monkeypatch.setenv("TMPDIR", str(tmp))

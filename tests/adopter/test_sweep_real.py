@@ -3,7 +3,7 @@ daemons: a killed one, a stopped one, sockets planted in the runtime dir and a
 runtime dir others may write to.
 
 Each test runs in ``ms_dirs`` (private runtime and state dirs) with a private
-short-path fallback dir: ``multiserver._paths.fallback_dir`` is replaced in
+short-path fallback dir: ``multiserver.system._paths.fallback_dir`` is replaced in
 this process and TMPDIR points into the test's dir for the commands it runs,
 so no sweep here ever sees the machine's real sockets. Every process is
 stopped by pid; a stopped one gets SIGCONT before anything else.
@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import trio
 
-import multiserver._client
+import multiserver.client._client
 from adopter import ORPHAN_WINDOW, MemorySink, SweepReport, late_notice, sweep
 from multiserver import DaemonPaths, open_client
-from multiserver._paths import lock_is_held
+from multiserver.system._paths import lock_is_held
 from restore import ATTACH_SHARE, ArrangementStore, SessionLeaf
 from tests.conftest import (
     MsDirs,
@@ -58,7 +58,7 @@ def fallback(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> Path:
     tmp.mkdir(mode=0o700)
     monkeypatch.setenv("TMPDIR", str(tmp))
     path = tmp / f"ms-{os.getuid()}"
-    monkeypatch.setattr("multiserver._paths.fallback_dir", lambda: path)
+    monkeypatch.setattr("multiserver.system._paths.fallback_dir", lambda: path)
     return path
 
 
@@ -110,13 +110,13 @@ def rows_of(report: SweepReport) -> list[tuple[str, str, str]]:
 def dial_spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Path]]:
     """Every path the client library connects to, in order."""
     dialled: list[Path] = []
-    real = multiserver._client.connect
+    real = multiserver.client._client.connect
 
     async def spy(path: Path) -> trio.socket.SocketType:
         dialled.append(path)
         return await real(path)
 
-    monkeypatch.setattr(multiserver._client, "connect", spy)
+    monkeypatch.setattr(multiserver.client._client, "connect", spy)
     yield dialled
 
 

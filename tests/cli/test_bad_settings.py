@@ -11,7 +11,7 @@ started with it (issue 35):
 
 The table of rows is ``multiserver_cli._settings.SETTINGS``; the daemon's
 side, the kinds' strictness and the daemon started by hand:
-tests/multiserver/test_settings.py.
+tests/multiserver/settings/test_settings.py.
 """
 
 from __future__ import annotations

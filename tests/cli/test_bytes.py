@@ -138,7 +138,7 @@ async def test_errors_that_quote_such_bytes_are_one_escaped_line(ms_dirs: MsDirs
 # A daemon of protocol version 4: this one, speaking 2..4 (the version is
 # only ever read in the handshake).
 OLD_DAEMON = """
-import multiserver._core as core
+import multiserver.daemon._core as core
 core.PROTOCOL_VERSION = 4
 from multiserver_cli.main import main
 main(["daemon", "--foreground"])

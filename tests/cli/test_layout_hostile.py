@@ -75,7 +75,7 @@ def test_a_kitty_socket_held_by_another_user_is_sent_nothing(tmp_path: Path) -> 
     another local user's listener there gets no command (issue 34)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to act as another uid")
-    from tests.multiserver.other_user import NOBODY, fake_daemon, start_other_user
+    from tests.multiserver.system.other_user import NOBODY, fake_daemon, start_other_user
 
     sock = tmp_path / "kitty.sock"
     other = start_other_user(fake_daemon(sock))

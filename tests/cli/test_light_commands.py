@@ -7,7 +7,7 @@ file; ``new -d`` once the store exists (its session added lightly);
 ``daemon`` and ``stop``; ``restore`` with nothing to do; ``attach`` up to
 raw mode. ``kill`` and
 ``attach``'s detach still open the store to change it; the blocking client
-they all share is light (tests/multiserver/test_light_path.py)."""
+they all share is light (tests/multiserver/client/test_light_path.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from multiserver import __version__
-from multiserver._light_messages import Welcome
+from multiserver.protocol._light_messages import Welcome
 from multiserver_cli._older import is_older, notice, say_pending, version_key
 from tests.conftest import MsDirs, RunningDaemon
 
@@ -89,7 +89,7 @@ async def test_every_command_that_talks_to_the_daemon_notices(
     """Wired in ``main``: an ``ls`` built as a newer version than the
     daemon's says so, once; ``upgrade`` itself does not."""
     import multiserver
-    from multiserver._hooks import WELCOME_HOOKS
+    from multiserver.client._hooks import WELCOME_HOOKS
     from multiserver_cli.main import main
 
     monkeypatch.setattr(multiserver, "__version__", "999.0")

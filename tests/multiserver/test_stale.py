@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-import multiserver._start
+import multiserver.client._start
 from adopter._sweep import _remove_stale
 from multiserver import (
     DaemonNotRunning,
@@ -25,8 +25,8 @@ from multiserver import (
     unlink_if_same,
 )
 from multiserver._errors import DaemonAlreadyRunning
-from multiserver._files import DaemonFiles
-from multiserver._paths import try_lock
+from multiserver.daemon._files import DaemonFiles
+from multiserver.system._paths import try_lock
 from tests.conftest import MsDirs
 
 
@@ -150,7 +150,7 @@ async def as_client(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> str:
     """``connect_or_start`` past its first connect (as if the socket had not
     answered then), with a daemon start that binds a plain listener."""
     calls: list[str] = []
-    real_connect = multiserver._start.connect
+    real_connect = multiserver.client._start.connect
 
     async def connect_once_refused(path: Path) -> trio.socket.SocketType:
         if not calls:
@@ -167,8 +167,8 @@ async def as_client(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> str:
             listener.listen(1)
             return 0
 
-        m.setattr(multiserver._start, "connect", connect_once_refused)
-        m.setattr(multiserver._start, "start_daemon", start)
+        m.setattr(multiserver.client._start, "connect", connect_once_refused)
+        m.setattr(multiserver.client._start, "start_daemon", start)
         with trio.fail_after(5):
             sock = await connect_or_start(ms_dirs.paths)
         sock.close()

@@ -32,8 +32,8 @@ import traceback
 
 import attrs
 
-from multiserver._codec import Codec
-from multiserver._messages import (
+from multiserver.protocol._codec import Codec
+from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     Claim,

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from multiserver._codec import MAX_FDS_PER_FRAME, NEED_DATA, Codec, Event
-from multiserver._messages import (
+from multiserver.protocol._codec import MAX_FDS_PER_FRAME, NEED_DATA, Codec, Event
+from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     ChildExited,

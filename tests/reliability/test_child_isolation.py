@@ -1,4 +1,4 @@
-"""Security items of the issue that tests/multiserver/test_security.py and
+"""Security items of the issue that tests/multiserver/daemon/test_security.py and
 test_daemon.py do not already cover:
 
 - children inherit no fd but their PTY, checked in /proc/PID/fd for nine
@@ -22,8 +22,8 @@ import pytest
 import trio
 
 from multiserver import RequestFailed, open_client
-from multiserver._codec import HEADER, MAGIC
-from multiserver._messages import PROTOCOL_VERSION, Error, Launch
+from multiserver.protocol._codec import HEADER, MAGIC
+from multiserver.protocol._messages import PROTOCOL_VERSION, Error, Launch
 from tests.conftest import MsDirs, RunningDaemon, close_fd, fd_links, wait_listed_exited
 from tests.reliability._raw import RawConnection
 from tests.reliability._report import record

@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 import attrs
 
-from multiserver._codec import HEADER, MAX_FRAME, NEED_DATA, Codec, Event, ProtocolError
-from multiserver._messages import (
+from multiserver.protocol._codec import HEADER, MAX_FRAME, NEED_DATA, Codec, Event, ProtocolError
+from multiserver.protocol._messages import (
     CLIENT_MESSAGES,
     DAEMON_MESSAGES,
     MAX_FDS,

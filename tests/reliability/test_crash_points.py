@@ -40,7 +40,7 @@ import pytest
 import trio
 
 from multiserver import ChildInfo, Client, open_client
-from multiserver._codec import HEADER_SIZE
+from multiserver.protocol._codec import HEADER_SIZE
 from tests.conftest import (
     RunningDaemon,
     close_fd,

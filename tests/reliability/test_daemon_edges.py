@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from multiserver import Client, RequestFailed, open_client
-from multiserver._codec import HEADER, MAGIC, MAX_FRAME, Codec
-from multiserver._messages import (
+from multiserver.protocol._codec import HEADER, MAGIC, MAX_FRAME, Codec
+from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     Claim,

@@ -57,8 +57,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from multiserver._codec import HEADER, MAGIC, NEED_DATA, Codec, Event, ProtocolError
-from multiserver._messages import (
+from multiserver.protocol._codec import HEADER, MAGIC, NEED_DATA, Codec, Event, ProtocolError
+from multiserver.protocol._messages import (
     MESSAGE_TYPES,
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,

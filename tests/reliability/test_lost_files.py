@@ -32,11 +32,11 @@ from typing import Any
 import pytest
 import trio
 
-import multiserver._start
+import multiserver.client._start
 from multiserver import DaemonNotRunning, DaemonPaths, open_client
 from multiserver._errors import DaemonAlreadyRunning
-from multiserver._files import WATCH_INTERVAL
-from multiserver._paths import lock_is_held, try_lock
+from multiserver.daemon._files import WATCH_INTERVAL
+from multiserver.system._paths import lock_is_held, try_lock
 from tests.conftest import (
     MsDirs,
     close_fd,
@@ -119,7 +119,7 @@ async def test_a_deleted_lock_file_starts_no_second_daemon(
         # connects to the live one. (The client's own probe would see
         # it first: skip that, to drive the daemon's.)
         refused = [True]
-        real_connect = multiserver._start.connect
+        real_connect = multiserver.client._start.connect
 
         async def connect_once_refused(path: Path) -> trio.socket.SocketType:
             if refused:
@@ -128,10 +128,10 @@ async def test_a_deleted_lock_file_starts_no_second_daemon(
             return await real_connect(path)
 
         with monkeypatch.context() as m:
-            m.setattr(multiserver._start, "connect", connect_once_refused)
-            m.setattr(multiserver._start, "remove_stale_socket", lambda path: "gone")
+            m.setattr(multiserver.client._start, "connect", connect_once_refused)
+            m.setattr(multiserver.client._start, "remove_stale_socket", lambda path: "gone")
             with trio.fail_after(15):
-                sock = await multiserver._start.connect_or_start(paths)
+                sock = await multiserver.client._start.connect_or_start(paths)
         peer = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
         sock.close()
         assert int.from_bytes(peer[:4], "little") == pid  # the live daemon
@@ -148,8 +148,8 @@ async def test_a_deleted_lock_file_starts_no_second_daemon(
         lock_fd = try_lock(paths.lock)
         try:
             with pytest.raises(DaemonAlreadyRunning, match=r"^a daemon already answers on "):
-                await multiserver._start.start_daemon(
-                    paths, lock_fd, multiserver._start.config_from_env()
+                await multiserver.client._start.start_daemon(
+                    paths, lock_fd, multiserver.client._start.config_from_env()
                 )
         finally:
             os.close(lock_fd)

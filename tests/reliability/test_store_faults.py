@@ -32,7 +32,7 @@ import pytest
 import trio
 
 from multiserver import ChildInfo, DaemonNotRunning, open_client
-from multiserver._paths import try_lock
+from multiserver.system._paths import try_lock
 from restore import ArrangementStore
 from tests.conftest import MsDirs, daemon_pids_under, is_alive, stop_daemon_sync, wait_until
 from tests.reliability._cli import COMMAND_TIMEOUT, MULTISERVER, ms_ok, ms_run

@@ -49,7 +49,7 @@ def no_real_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
     async def refuse(*_args: Any, **_kw: Any) -> int:
         raise MultiserverError("daemon failed to start: no real daemons in harness tests")
 
-    monkeypatch.setattr("multiserver._start.start_daemon", refuse)
+    monkeypatch.setattr("multiserver.client._start.start_daemon", refuse)
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,9 @@ included) with a version string of its own, and variants of it, installed
   ``multiserver.__version__`` set to ``VERSION+upgrade.a``. It needs the
   build backend from pyproject.toml (setuptools>=77, newer than the dev
   venv's), which pip's isolated build gets from the index it is set up with.
+- ``build_wheel_at``: the same of an earlier commit (``git archive``): the
+  layout before multiserver's rooms (``before_rooms``), which a daemon
+  upgrades from.
 - ``variant``: that wheel with another version and files patched (a wheel
   is a zip: its dist-info renamed, its METADATA and RECORD rewritten). One
   build by pip, the others in milliseconds.
@@ -23,10 +26,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata
+import io
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,6 +94,49 @@ def build_wheel(work: Path, version: str) -> Path:
     for rel in _tracked():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, src / rel)
+    return _wheel_of(src, work, version)
+
+
+def before_rooms() -> str | None:
+    """The last commit whose ``multiserver/`` was flat (the parent of the
+    one that moved ``multiserver/_server.py`` into ``daemon/``); None
+    where the history does not reach it (a shallow clone, an export)."""
+    done = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "--diff-filter=D", "--", "multiserver/_server.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    moved = done.stdout.strip()
+    if done.returncode != 0 or not moved:
+        return None
+    parent = subprocess.run(
+        ["git", "rev-parse", "--verify", "-q", f"{moved}^"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return parent.stdout.strip() or None
+
+
+def build_wheel_at(work: Path, commit: str, version: str) -> Path:
+    """A wheel of ``commit``'s files with ``version`` (in ``work``)."""
+    src = work / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(src, filter="data")
+    return _wheel_of(src, work, version)
+
+
+def _wheel_of(src: Path, work: Path, version: str) -> Path:
+    """``pip wheel`` of the project in ``src``, as ``version``."""
     init = src / VERSION_FILE
     init.write_text(with_version(version)(init.read_text()))
     out = work / "wheels"

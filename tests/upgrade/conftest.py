@@ -4,6 +4,10 @@ and a daemon of that venv to upgrade (``_builds.py`` makes them).
 - ``builds`` (session): the wheels, built once: A and B (the checkout with
   two versions of its own), ``broken`` (B whose daemon module raises at
   import) and ``refusing`` (B whose snapshot reader refuses every snapshot).
+- ``before_rooms`` (session): a wheel of the last commit whose
+  ``multiserver/`` was flat, before its rooms, older than A and B
+  (``+upgrade.0flat``); a test that needs it skips where the history does
+  not reach it.
 - ``venv`` (module): a fresh venv, not editable, that imports the project
   from its own site-packages; ``install`` puts a build in it.
 - ``installed``: ``venv`` holding A, with this test's dirs (``ms_dirs``);
@@ -48,7 +52,7 @@ class Builds:
 
 def _refuse_every_snapshot(text: str) -> str:
     out = text.replace("\nOLDEST_READ = 1\n", "\nOLDEST_READ = FORMAT + 1\n")
-    assert out != text, "multiserver/_snapshot.py: no `OLDEST_READ = 1` line"
+    assert out != text, "multiserver/daemon/_snapshot.py: no `OLDEST_READ = 1` line"
     return out
 
 
@@ -66,12 +70,28 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
             a,
             out,
             f"{b_version}.broken",
-            {"multiserver/_server.py": lambda t: t + '\nraise ImportError("broken on purpose")\n'},
+            {
+                "multiserver/daemon/_server.py": lambda t: (
+                    t + '\nraise ImportError("broken on purpose")\n'
+                )
+            },
         ),
         refusing=_builds.variant(
-            a, out, f"{b_version}.refusing", {"multiserver/_snapshot.py": _refuse_every_snapshot}
+            a,
+            out,
+            f"{b_version}.refusing",
+            {"multiserver/daemon/_snapshot.py": _refuse_every_snapshot},
         ),
     )
+
+
+@pytest.fixture(scope="session")
+def before_rooms(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    commit = _builds.before_rooms()
+    if commit is None:
+        pytest.skip("no commit of multiserver's flat layout in this checkout's history")
+    work = tmp_path_factory.mktemp("flat")
+    return _builds.build_wheel_at(work, commit, f"{_builds.checkout_version()}+upgrade.0flat")
 
 
 @attrs.define

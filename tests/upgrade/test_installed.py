@@ -13,6 +13,10 @@ take it (``conftest.py`` makes the builds and the venv).
 - A build whose daemon module fails at import, and one whose snapshot
   reader refuses: the upgrade exits 1 with one line saying why, and the
   daemon runs on as it was (pid, version, sessions, fds, children).
+- A daemon of the layout before multiserver's rooms (every module flat in
+  ``multiserver/``) takes the rooms in place, and back: an upgrade crosses
+  the move by ``python -m multiserver`` and the snapshot, which name no
+  module.
 - The daemon SIGKILLed during the upgrade (while the new code checks the
   snapshot; after the exec, before the new code serves; at a random moment
   of it): its programs get their hangup, the check process ends, and the
@@ -114,13 +118,16 @@ async def check_windows(windows: Sequence[Terminal], word: str, first: int | Non
         assert_every_number(numbers(bytes(window.raw)), window.name, first)
 
 
-async def upgrade(installed: Installed, old: str, new: str) -> str:
-    """``multiserver upgrade``, which must say it took daemon 1 from ``old`` to ``new``."""
+async def upgrade(installed: Installed, old: str, new: str, *, down: bool = False) -> str:
+    """``multiserver upgrade``, which must say it took daemon 1 from ``old``
+    to ``new`` (``down``: and that this is a downgrade)."""
     done = await installed.run("upgrade")
     out = done.stdout.decode()
     assert done.returncode == 0, (out, done.stderr, installed.log_tail())
+    note = re.escape(" (a downgrade: the installed code is older than what ran)") if down else ""
     assert re.fullmatch(
-        rf"daemon 1 \(pid \d+\): {re.escape(old)} -> {re.escape(new)}, paused \d+ ms\n", out
+        rf"daemon 1 \(pid \d+\): {re.escape(old)} -> {re.escape(new)}{note}, paused \d+ ms\n",
+        out,
     ), out
     return out
 
@@ -266,6 +273,35 @@ async def test_a_build_that_cannot_take_over_is_refused_in_one_line(
 def same_but_fds(row: dict[str, Any]) -> dict[str, Any]:
     """A ``daemon --json`` row less the fds it has open now."""
     return row | {"open_files": row["open_files"] | {"in_use": None}}
+
+
+# --- across the move into rooms ---------------------------------------------------
+
+
+async def test_a_daemon_of_the_flat_layout_takes_the_rooms_and_back(
+    installed: Installed, builds: Builds, before_rooms: Path
+) -> None:
+    flat, b = Builds.version(before_rooms), Builds.version(builds.b)
+    installed.venv.install(before_rooms)
+    daemon = await installed.start()
+    assert daemon["version"] == flat
+    programs = {f"s{i}": SLEEPER for i in range(10)} | {"e3": exiting(3), "p": PRINTER}
+    await launch(installed.paths, programs)
+    await wait_exited(installed.paths, ["e3"])
+    before = await installed.sessions()
+
+    installed.venv.install(builds.b)
+    await upgrade(installed, flat, b)
+    await assert_upgraded(installed, daemon, b)
+    assert kept(await installed.sessions()) == kept(before), installed.log_tail()
+
+    installed.venv.install(before_rooms)
+    await upgrade(installed, b, flat, down=True)
+    await assert_upgraded(installed, daemon, flat)
+    assert kept(await installed.sessions()) == kept(before), installed.log_tail()
+    async with open_client(installed.paths) as client:
+        peeked = await client.peek(next(c.id for c in await client.list() if c.name == "p"))
+    assert_every_number(numbers(peeked.output), "p")
 
 
 # --- SIGKILL during the upgrade ---------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from multiserver._buffer import OutputBuffer
+from multiserver.terminal._buffer import OutputBuffer
 from multiserver_cli.attach._keys import parse_key
 from multiserver_cli.attach._proxy import (
     DETACH,

@@ -1,7 +1,7 @@
 """The pure pieces of what ``attach`` says to a terminal and lets through
 from it (``multiserver_cli.attach._terminal``): the replay guarded, answers
-dropped from input. (What a replay keeps: ``tests/multiserver/test_replay.py``; the
-reset: ``tests/multiserver/test_screen.py``.)
+dropped from input. (What a replay keeps: ``tests/multiserver/terminal/test_replay.py``; the
+reset: ``tests/multiserver/terminal/test_screen.py``.)
 
 Real programs' output (vim, top, less, run here on a PTY; skipped where not
 installed) is the check that stripping mangles nothing: pyte renders it the

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from multiserver._origin import DaemonOrigin
+from multiserver.daemon._origin import DaemonOrigin
 from tests.cli.conftest import MULTISERVER, person_env, wait_buffered
 from tests.cli.service.test_service import logged, run_service, tools
 from tests.conftest import (

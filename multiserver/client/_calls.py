@@ -1,0 +1,306 @@
+"""Each request of the client library, sans-IO: the message it sends and how
+its reply frames become a result. The trio client (``_client``) and the
+blocking one (``_sync``) drive the same calls and differ only in how they
+wait; an ``Error`` reply is theirs to raise (``RequestFailed``) before a call
+sees it.
+
+A call is fed the reply frames of its request in order: ``feed`` returns
+``MORE`` until the answer is whole, then the result. ``abandon`` closes the
+fds a call has collected so far, for a request cut short.
+"""
+
+from __future__ import annotations
+
+import os
+
+from multiserver._errors import ChildFailed
+from multiserver.client._results import ClaimResult, LaunchResult, PeekResult, claim_results
+from multiserver.protocol._frames import Event, Family, close_fds, is_a
+from multiserver.protocol._light_messages import (
+    ChildError,
+    ChildInfo,
+    Children,
+    Claim,
+    Claimed,
+    Collect,
+    Collected,
+    Launch,
+    Launched,
+    ListChildren,
+    Ok,
+    Peek,
+    Peeked,
+    Release,
+    Released,
+    Resize,
+    Shutdown,
+    Signal,
+    Upgrade,
+    Upgraded,
+)
+from multiserver.protocol._proto import SELECT_VERSION, selected
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Generic, TypeVar
+
+    from multiserver.protocol._messages import Message
+
+    T = TypeVar("T")
+
+    class _Result(Generic[T]):
+        pass
+
+else:
+    T = None  # type: ignore[misc]  # no typing at run time (see _Result)
+
+    class _Result:
+        """``Call[T]`` to a type checker; no ``typing`` at run time (the
+        blocking client's commands start faster without it)."""
+
+        def __class_getitem__(cls, item: object) -> type:
+            return cls
+
+
+class More:
+    def __repr__(self) -> str:
+        return "MORE"
+
+
+MORE = More()
+
+
+class Call(_Result[T]):
+    """One request: ``message(req, family)`` (the request, as a message
+    of ``family``), then ``feed`` each reply frame."""
+
+    def message(self, req: int, f: Family) -> Message:
+        raise NotImplementedError
+
+    def feed(self, event: Event) -> T | More:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """The request was cut short: close what it collected."""
+
+
+class _OneReply(Call[T]):
+    """A request answered by one frame of type ``reply``."""
+
+    def __init__(
+        self,
+        make: Callable[[Family, int], Message],
+        reply: type[Message],
+        result: Callable[[Message], T],
+    ) -> None:
+        self.make = make
+        self.reply = reply
+        self.result = result
+
+    def message(self, req: int, f: Family) -> Message:
+        return self.make(f, req)
+
+    def feed(self, event: Event) -> T | More:
+        close_fds(event.fds)
+        assert is_a(event.message, self.reply), event.message
+        return self.result(event.message)
+
+
+def _nothing(msg: Message) -> None:
+    return None
+
+
+def _collected(msg: Message) -> ChildInfo:
+    assert is_a(msg, Collected)
+    return msg.child
+
+
+def _peeked(msg: Message) -> PeekResult:
+    assert is_a(msg, Peeked)
+    return PeekResult(msg.child, msg.output, msg.dropped)
+
+
+def launch(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    rows: int,
+    cols: int,
+    name: str,
+    linger: float | None,
+    hold: bool,
+) -> Call[LaunchResult]:
+    """``env`` None: this process's environment; ``cwd`` None: its cwd."""
+    env = dict(os.environ) if env is None else env
+    cwd = os.getcwd() if cwd is None else cwd
+    return _Launch(
+        lambda f, req: f.cls(Launch)(
+            req=req,
+            argv=list(argv),
+            env=env,
+            cwd=cwd,
+            rows=rows,
+            cols=cols,
+            name=name,
+            linger=linger,
+            hold=hold,
+        )
+    )
+
+
+class _Launch(Call[LaunchResult]):
+    def __init__(self, make: Callable[[Family, int], Message]) -> None:
+        self.make = make
+
+    def message(self, req: int, f: Family) -> Message:
+        return self.make(f, req)
+
+    def feed(self, event: Event) -> LaunchResult:
+        assert is_a(event.message, Launched), event.message
+        return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
+
+
+def claim(ids: Sequence[int], *, steal: bool, keep_output: bool) -> Call[list[ClaimResult]]:
+    return _Claim(list(ids), steal, keep_output)
+
+
+class _Claim(Call[list[ClaimResult]]):
+    """The answer comes in frames until ``last``; each frame's fds are the
+    caller's once the call returns."""
+
+    def __init__(self, ids: list[int], steal: bool, keep_output: bool) -> None:
+        self.ids = ids
+        self.steal = steal
+        self.keep_output = keep_output
+        self.results: list[ClaimResult] = []
+
+    def message(self, req: int, f: Family) -> Message:
+        return f.cls(Claim)(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
+
+    def feed(self, event: Event) -> list[ClaimResult] | More:
+        msg = event.message
+        assert is_a(msg, Claimed), msg
+        self.results += claim_results(msg, event.fds)
+        return self.results if msg.last else MORE
+
+    def abandon(self) -> None:
+        close_fds([r.master for r in self.results if r.master is not None])
+        self.results.clear()
+
+
+def release(
+    ids: Sequence[int], *, replace_output: bytes | None
+) -> Call[tuple[list[int], list[ChildFailed]]]:
+    return _Release(list(ids), replace_output)
+
+
+class _Release(Call[tuple[list[int], list[ChildFailed]]]):
+    """A ChildError for each child that could not be released, then
+    Released: (released ids, failures)."""
+
+    def __init__(self, ids: list[int], replace_output: bytes | None) -> None:
+        self.ids = ids
+        self.replace_output = replace_output
+        self.failures: list[ChildFailed] = []
+
+    def message(self, req: int, f: Family) -> Message:
+        return f.cls(Release)(
+            req=req,
+            ids=self.ids,
+            replace_output=self.replace_output is not None,
+            output=self.replace_output or b"",
+        )
+
+    def feed(self, event: Event) -> tuple[list[int], list[ChildFailed]] | More:
+        close_fds(event.fds)
+        msg = event.message
+        if is_a(msg, ChildError):
+            self.failures.append(ChildFailed(msg.id, msg.errno, msg.message))
+            return MORE
+        assert is_a(msg, Released), msg
+        return list(msg.ids), self.failures
+
+
+def listing(
+    *,
+    foreground: bool,
+    prefixes: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
+    version: int = SELECT_VERSION,
+) -> Call[list[ChildInfo]]:
+    """The daemon's children, or only those ``prefixes`` and ``ids`` select
+    (``_proto.selected``). A daemon older than ``SELECT_VERSION`` (the
+    connection's ``version``) is asked for all and they are selected here."""
+    return _Listing(foreground, prefixes, ids, version >= SELECT_VERSION)
+
+
+class _Listing(Call[list[ChildInfo]]):
+    """One page, or (version 4) pages until the last."""
+
+    def __init__(
+        self,
+        foreground: bool,
+        prefixes: Sequence[str] | None,
+        ids: Sequence[int] | None,
+        daemon_selects: bool,
+    ) -> None:
+        self.foreground = foreground
+        self.prefixes = None if prefixes is None else list(prefixes)
+        self.ids = None if ids is None else sorted(set(ids))
+        self.daemon_selects = daemon_selects
+        self.children: list[ChildInfo] = []
+
+    def message(self, req: int, f: Family) -> Message:
+        if not self.daemon_selects:
+            return f.cls(ListChildren)(req=req, foreground=self.foreground)
+        return f.cls(ListChildren)(
+            req=req, foreground=self.foreground, prefixes=self.prefixes, ids=self.ids
+        )
+
+    def feed(self, event: Event) -> list[ChildInfo] | More:
+        close_fds(event.fds)
+        msg = event.message
+        assert is_a(msg, Children), msg
+        ids = None if self.ids is None else frozenset(self.ids)
+        # Selected again whoever selected first: a daemon's answer is not
+        # trusted to hold only what was asked.
+        self.children += [c for c in msg.children if selected(c.name, c.id, self.prefixes, ids)]
+        return self.children if msg.last else MORE
+
+
+def signal(child_id: int, signum: int) -> Call[None]:
+    return _OneReply(
+        lambda f, req: f.cls(Signal)(req=req, id=child_id, signum=signum), Ok, _nothing
+    )
+
+
+def collect(child_id: int) -> Call[ChildInfo]:
+    return _OneReply(lambda f, req: f.cls(Collect)(req=req, id=child_id), Collected, _collected)
+
+
+def peek(child_id: int, max_bytes: int | None) -> Call[PeekResult]:
+    return _OneReply(
+        lambda f, req: f.cls(Peek)(req=req, id=child_id, max_bytes=max_bytes), Peeked, _peeked
+    )
+
+
+def resize(child_id: int, rows: int, cols: int) -> Call[None]:
+    return _OneReply(
+        lambda f, req: f.cls(Resize)(req=req, id=child_id, rows=rows, cols=cols), Ok, _nothing
+    )
+
+
+def shutdown(force: bool) -> Call[None]:
+    return _OneReply(lambda f, req: f.cls(Shutdown)(req=req, force=force), Ok, _nothing)
+
+
+def upgrade() -> Call[Upgraded]:
+    """Answered by the new code (``Upgraded``), or an ``Error`` by the old."""
+    return _OneReply(lambda f, req: f.cls(Upgrade)(req=req), Upgraded, _upgraded)
+
+
+def _upgraded(msg: Message) -> Upgraded:
+    assert is_a(msg, Upgraded), msg
+    return msg

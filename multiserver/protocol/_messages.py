@@ -1,0 +1,441 @@
+"""The messages of the multiserver wire protocol, as frozen attrs classes.
+
+Every message has a fixed type code (``TYPE``), stated once in ``MESSAGE_TYPES``.
+A message may carry one ``bytes`` field (named by ``BLOB``), which travels as the
+frame's raw blob instead of inside the JSON body. A message that travels with
+fds says how many in ``nfds`` of its frame; the fds themselves are never part of
+the message object (see ``_codec.Event``).
+
+Any change to a message, its fields or its meaning bumps ``PROTOCOL_VERSION``.
+See docs/protocol.md for the byte-level description.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+import attrs
+
+from multiserver.protocol._proto import (
+    MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
+    NAME_RE as NAME_RE,
+    OS_BYTES_VERSION as OS_BYTES_VERSION,
+    PROTOCOL_VERSION as PROTOCOL_VERSION,
+    claimed_problem,
+    describe_exit as describe_exit,
+    exit_status as exit_status,
+)
+
+ChildState = Literal["running", "exited"]
+
+
+class _OsStringMark:
+    def __repr__(self) -> str:
+        return "OS_STRING"
+
+
+OS_STRING = _OsStringMark()
+
+# A field that holds what the OS takes as bytes: argv, a cwd, the
+# environment (``_osstr`` says how such a string is held and carried).
+OsStr = Annotated[str, OS_STRING]
+
+
+def is_os_str(tp: Any) -> bool:
+    """Whether the type ``tp`` is ``OsStr``."""
+    return OS_STRING in getattr(tp, "__metadata__", ())
+
+
+@attrs.frozen
+class ChildInfo:
+    """What the daemon knows of one child, without its fd."""
+
+    id: int
+    pid: int
+    name: str
+    argv: list[OsStr]
+    cwd: OsStr
+    tty: str
+    rows: int
+    cols: int
+    state: ChildState
+    exit_code: int | None  # negative signal number when killed by a signal
+    held: bool
+    buffered_bytes: int
+    dropped_bytes: int
+    started_at: float  # unix time
+    exited_at: float | None
+    linger: float | None
+    # Filled only when asked (List.foreground): the foreground process of the
+    # child's terminal, where the OS tells it.
+    fg_pid: int | None = None
+    fg_cwd: OsStr | None = None
+    fg_argv: list[OsStr] | None = None
+    # Version 4. Characters of argv left out of this answer (a listing is
+    # bounded; the child keeps its whole argv). 0: argv is whole.
+    argv_omitted: int = 0
+
+
+# --- handshake -------------------------------------------------------------
+
+
+@attrs.frozen
+class Hello:
+    """Client -> daemon, first frame. Offers a range of protocol versions."""
+
+    TYPE: ClassVar[int] = 1
+    min_version: int
+    max_version: int
+    client: str = ""
+    # Version 3. False: the Welcome lists no children (a client that
+    # reattaches ids it knows need not pay for listing thousands). Omitted
+    # from the body when true, so that Hello is the version-2 Hello; a
+    # version-2 daemon refuses a Hello that carries it (unknown field).
+    children: bool = True
+
+
+@attrs.frozen
+class Welcome:
+    """Daemon -> client: the version picked and what the daemon holds."""
+
+    TYPE: ClassVar[int] = 2
+    version: int
+    instance_id: str
+    pid: int
+    server: str
+    children: list[ChildInfo]
+    # Version 4: the listing goes on in ``Children`` frames with ``req`` 0
+    # (the last one has ``last``), because it does not fit one frame.
+    more: bool = False
+
+
+@attrs.frozen
+class Refused:
+    """Daemon -> client: no common version (or another refusal); then it closes."""
+
+    TYPE: ClassVar[int] = 3
+    reason: str
+    min_version: int
+    max_version: int
+
+
+# --- requests (client -> daemon); each carries a client-chosen `req` ----------
+
+
+@attrs.frozen
+class Launch:
+    TYPE: ClassVar[int] = 10
+    req: int
+    argv: list[OsStr]
+    env: dict[OsStr, OsStr]
+    cwd: OsStr
+    rows: int = 24
+    cols: int = 80
+    name: str = ""
+    linger: float | None = None
+    hold: bool = True  # False: launch detached, the daemon drains it
+
+
+@attrs.frozen
+class Claim:
+    """Claim several children in one request. Answered by ``Claimed``
+    frames (one result per id, in the order asked)."""
+
+    TYPE: ClassVar[int] = 11
+    req: int
+    ids: list[int]
+    steal: bool = False  # take over children held by another client
+    # Hand over a copy of the buffered output and keep it in the daemon: for a
+    # claimer that will release without reading (e.g. `multiserver restore`).
+    keep_output: bool = False
+
+
+@attrs.frozen
+class Release:
+    """Give children back; the daemon drains them again. With
+    ``replace_output``, each child's kept output becomes ``output``: what
+    the releasing client last showed (so the next claim replays the screen
+    it left), in place of the output this client claimed and showed."""
+
+    TYPE: ClassVar[int] = 12
+    BLOB: ClassVar[str] = "output"
+    req: int
+    ids: list[int]
+    replace_output: bool = False
+    output: bytes = b""
+
+
+@attrs.frozen
+class Signal:
+    TYPE: ClassVar[int] = 13
+    req: int
+    id: int
+    signum: int
+
+
+@attrs.frozen
+class Collect:
+    TYPE: ClassVar[int] = 14
+    req: int
+    id: int
+
+
+@attrs.frozen
+class ListChildren:
+    TYPE: ClassVar[int] = 15
+    req: int
+    foreground: bool = False
+    # Version 7. Only the children whose name begins with one of
+    # ``prefixes`` or whose id is one of ``ids`` (``_proto.selected``): a
+    # command about one session need not pay for listing thousands. None
+    # (both): every child. Omitted from the body at None.
+    prefixes: list[str] | None = None
+    ids: list[int] | None = None
+
+
+@attrs.frozen
+class Peek:
+    TYPE: ClassVar[int] = 16
+    req: int
+    id: int
+    max_bytes: int | None = None
+
+
+@attrs.frozen
+class Resize:
+    TYPE: ClassVar[int] = 17
+    req: int
+    id: int
+    rows: int
+    cols: int
+
+
+@attrs.frozen
+class Shutdown:
+    """Stop the daemon. Refused while children run unless ``force``."""
+
+    TYPE: ClassVar[int] = 18
+    req: int
+    force: bool = False
+
+
+@attrs.frozen
+class Upgrade:
+    """Version 6. Replace the daemon's code with the installed one, in
+    place (``_upgrade.py``); the answer comes from the new code
+    (``Upgraded``), or an ``Error`` from the old, which goes on serving."""
+
+    TYPE: ClassVar[int] = 19
+    req: int
+
+
+# --- replies (daemon -> client); each echoes `req` -----------------------------
+
+
+@attrs.frozen
+class Launched:
+    """Reply to Launch; travels with the master fd when the launch held it."""
+
+    TYPE: ClassVar[int] = 30
+    req: int
+    child: ChildInfo
+
+
+@attrs.frozen
+class ClaimedChild:
+    """One child of a ``Claimed`` frame: its info (None when its claim
+    failed, with ``errno`` and ``message``), the count of bytes dropped past
+    the bound since the last handover, the length of its buffered output
+    (the next ``output_len`` bytes of the frame's blob), and whether its
+    master fd travels with the frame (the next fd, in order; none for an
+    exited child)."""
+
+    id: int
+    child: ChildInfo | None = None
+    dropped: int = 0
+    output_len: int = 0
+    fd: bool = False
+    errno: int = 0
+    message: str = ""
+
+
+@attrs.frozen
+class Claimed:
+    """The answer to a Claim: one ``ClaimedChild`` per id, in the order
+    asked, in one frame or more (at most 253 fds a frame); ``last`` marks the
+    final frame of the answer. The blob is the children's buffered outputs,
+    concatenated in order."""
+
+    TYPE: ClassVar[int] = 31
+    BLOB: ClassVar[str] = "outputs"
+    req: int
+    children: list[ClaimedChild]
+    last: bool = True
+    outputs: bytes = b""
+
+    def check(self, nfds: int) -> str | None:
+        """Why the frame is inconsistent with the fds that came with it."""
+        return claimed_problem(self.children, self.outputs, nfds)
+
+
+@attrs.frozen
+class ChildError:
+    """One child of a Release that could not be served."""
+
+    TYPE: ClassVar[int] = 32
+    req: int
+    id: int
+    errno: int
+    message: str
+
+
+@attrs.frozen
+class Released:
+    TYPE: ClassVar[int] = 33
+    req: int
+    ids: list[int]
+
+
+@attrs.frozen
+class Ok:
+    TYPE: ClassVar[int] = 34
+    req: int
+
+
+@attrs.frozen
+class Upgraded:
+    """Reply to Upgrade, from the new code: the daemon's pid (unchanged),
+    the code it ran and runs now (``Welcome.server``), and for how long it
+    served nobody (from its last answer to its first in the new code)."""
+
+    TYPE: ClassVar[int] = 39
+    req: int
+    pid: int
+    old_server: str
+    server: str
+    paused: float  # seconds
+
+
+@attrs.frozen
+class Collected:
+    TYPE: ClassVar[int] = 35
+    req: int
+    child: ChildInfo
+
+
+@attrs.frozen
+class Children:
+    """A listing, or one page of it (version 4: pages until ``last``; ``req``
+    0 for the pages that follow a ``Welcome`` with ``more``)."""
+
+    TYPE: ClassVar[int] = 36
+    req: int
+    children: list[ChildInfo]
+    last: bool = True
+
+
+@attrs.frozen
+class Peeked:
+    TYPE: ClassVar[int] = 37
+    BLOB: ClassVar[str] = "output"
+    req: int
+    child: ChildInfo
+    dropped: int
+    output: bytes = b""
+
+
+@attrs.frozen
+class Error:
+    """A request failed (``req`` set; the connection stays healthy), or the
+    peer broke the protocol (``req`` is None; the daemon closes after it)."""
+
+    TYPE: ClassVar[int] = 38
+    req: int | None
+    errno: int
+    message: str
+
+
+# --- pushed notices (daemon -> client, no `req`) --------------------------------
+
+
+@attrs.frozen
+class ChildExited:
+    TYPE: ClassVar[int] = 50
+    id: int
+    exit_code: int
+
+
+@attrs.frozen
+class ChildTaken:
+    """Sent to the previous holder when another client claims its child."""
+
+    TYPE: ClassVar[int] = 51
+    id: int
+
+
+Message = (
+    Hello
+    | Welcome
+    | Refused
+    | Launch
+    | Claim
+    | Release
+    | Signal
+    | Collect
+    | ListChildren
+    | Peek
+    | Resize
+    | Shutdown
+    | Upgrade
+    | Launched
+    | Claimed
+    | ChildError
+    | Released
+    | Ok
+    | Collected
+    | Children
+    | Peeked
+    | Error
+    | ChildExited
+    | ChildTaken
+    | Upgraded
+)
+
+# Messages a client may send, and messages a daemon may send.
+_CLIENT: tuple[type[Message], ...] = (
+    Hello,
+    Launch,
+    Claim,
+    Release,
+    Signal,
+    Collect,
+    ListChildren,
+    Peek,
+    Resize,
+    Shutdown,
+    Upgrade,
+)
+_DAEMON: tuple[type[Message], ...] = (
+    Welcome,
+    Refused,
+    Launched,
+    Claimed,
+    ChildError,
+    Released,
+    Ok,
+    Collected,
+    Children,
+    Peeked,
+    Error,
+    ChildExited,
+    ChildTaken,
+    Upgraded,
+)
+MESSAGE_TYPES: dict[int, type[Message]] = {
+    cls.TYPE: cls for cls in sorted((*_CLIENT, *_DAEMON), key=lambda cls: cls.TYPE)
+}
+CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(_CLIENT)
+DAEMON_MESSAGES: frozenset[type[Message]] = frozenset(_DAEMON)
+
+# Which messages may travel with fds, and how many at most.
+MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 253}
