@@ -57,8 +57,7 @@ from benchmarks.common import (
 )
 from benchmarks.installed import installed
 from benchmarks.peers import peer
-from benchmarks.report import fmt_value
-from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
+from benchmarks.results import Limit, Row, Settings, fmt_value, median, paired_ratio, spread
 from benchmarks.terminal import Outer, multiserver_bin
 from multiserver import ChildInfo, DaemonPaths, open_client
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf

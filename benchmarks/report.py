@@ -24,6 +24,7 @@ from benchmarks.peers import PEERS
 from benchmarks.results import (
     Limit,
     Row,
+    fmt_value,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,20 +115,6 @@ def now() -> str:
 
 
 # --- formatting --------------------------------------------------------------------
-
-
-def fmt_value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "-"
-    if unit == "s":
-        return f"{value:.3f} s"
-    if unit == "ms":
-        return f"{value:.1f} ms" if value >= 10 else f"{value:.3f} ms"
-    if unit == "MiB":
-        return f"{value:.1f} MiB"
-    if unit == "MiB/s":
-        return f"{value:.0f} MiB/s"
-    return f"{value:.3g} {unit}"
 
 
 def _cell(text: str) -> str:

@@ -144,3 +144,17 @@ def spread(samples: Sequence[float], scale: float = 1.0, fmt: str = "{:.0f}") ->
     if not samples:
         return ""
     return f"{fmt.format(min(samples) * scale)}-{fmt.format(max(samples) * scale)}"
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:.3f} s"
+    if unit == "ms":
+        return f"{value:.1f} ms" if value >= 10 else f"{value:.3f} ms"
+    if unit == "MiB":
+        return f"{value:.1f} MiB"
+    if unit == "MiB/s":
+        return f"{value:.0f} MiB/s"
+    return f"{value:.3g} {unit}"
