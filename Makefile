@@ -38,7 +38,7 @@ run: $(STAMP)
 # Programs some tests drive for real (a terminal emulator, a display for
 # it, its clipboard): installed when missing, where this runs as root with
 # apt (CI, a container); elsewhere the tests that need them skip, saying why.
-TEST_PACKAGES := tmux dtach dvtm zsh fish kitty xterm xvfb xdotool xclip xauth libfontconfig1 fonts-dejavu-core openssh-server openssh-client
+TEST_PACKAGES := tmux dtach dvtm strace zsh fish kitty xterm xvfb xdotool xclip xauth libfontconfig1 fonts-dejavu-core openssh-server openssh-client
 
 # $(call apt_install,PACKAGES,what they are for,what happens without them):
 # the packages missing, installed with apt where this runs as root with it.

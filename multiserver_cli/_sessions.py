@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from multiserver import ChildInfo
     from multiserver_cli._saved import Saved
-    from restore import SessionLeaf
+    from restore import RestorationRef, SessionLeaf
 
     A = TypeVar("A")
     R = TypeVar("R")
@@ -256,29 +256,55 @@ def scope_of(number: int | None) -> Path | None:
     return None if number is None else DaemonPaths.for_number(number).socket
 
 
-def _where_saved(name: str, number: int | None, saved: Saved) -> Located | None:
-    """The saved session ``name``, asked of its own daemon only: one round
-    trip, without listing its children. Only while one daemon runs: with
-    several, a child of another daemon may have the same name (old data,
-    or a race), and only asking them all can tell. None if the store does
-    not know the name, or its child is not there."""
+def _saved_ref(name: str, number: int | None, saved: Saved) -> RestorationRef | None:
+    """The ref of the saved session ``name`` when its own daemon alone can
+    answer for it: only while one daemon runs (with several, a child of
+    another daemon may have the same name: old data, or a race, and only
+    asking them all can tell), and within ``--daemon N``'s scope. None
+    otherwise, or if the store does not know the name."""
     if len(find_sockets()) > 1:
         return None
     leaf = saved.find(name)
     if leaf is None or leaf.ref is None:
         return None
-    ref = leaf.ref
-    if number is not None and Path(ref.socket) != DaemonPaths.for_number(number).socket:
+    if number is not None and Path(leaf.ref.socket) != DaemonPaths.for_number(number).socket:
         return None
-    try:
-        with dial_blocking(
-            Path(ref.socket), children=False, deadline=time.monotonic() + SCAN_TIMEOUT
-        ) as client:
-            if client.instance_id != ref.instance_id:
-                return None
+    return leaf.ref
+
+
+@contextlib.contextmanager
+def saved_daemon(
+    name: str, number: int | None, saved: Saved
+) -> Iterator[tuple[SyncClient, RestorationRef] | None]:
+    """A connection to the saved session ``name``'s own daemon, the run its
+    ref names (``_saved_ref``), open for the block; None when there is
+    none to ask (or it did not answer: the survey then says why)."""
+    ref = _saved_ref(name, number, saved)
+    client = None
+    if ref is not None:
+        with contextlib.suppress(MultiserverError):
+            client = dial_blocking(
+                Path(ref.socket), children=False, deadline=time.monotonic() + SCAN_TIMEOUT
+            )
+    if client is None or ref is None:
+        yield None
+        return
+    with client:
+        yield (client, ref) if client.instance_id == ref.instance_id else None
+
+
+def _where_saved(name: str, number: int | None, saved: Saved) -> Located | None:
+    """The saved session ``name``, asked of its own daemon only: one round
+    trip, without listing its children. None if it cannot be asked so, or
+    its child is not there."""
+    with saved_daemon(name, number, saved) as there:
+        if there is None:
+            return None
+        client, ref = there
+        try:
             child = client.peek(ref.child_id, 0).child
-    except MultiserverError:
-        return None  # gone, or not answering: the survey says which
+        except MultiserverError:
+            return None  # gone, or not answering: the survey says which
     return Located(Path(ref.socket), ref.instance_id, replaced(child, name=name))
 
 

@@ -15,7 +15,7 @@ from multiserver_cli._errors import CliError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from multiserver import ChildInfo, SyncClient
+    from multiserver import ChildInfo, ClaimResult, SyncClient
     from multiserver_cli._saved import Saved
     from multiserver_cli._sessions import Located
     from multiserver_cli.attach._attached import CloseExited
@@ -62,7 +62,14 @@ def run(args: Namespace) -> int:
 def _run(args: Namespace) -> int:
     from multiserver_cli import _saved
     from multiserver_cli._names import split_target
-    from multiserver_cli._sessions import check_name, live_or_fail, lookup, saved_end
+    from multiserver_cli._sessions import (
+        check_name,
+        deadline,
+        live_or_fail,
+        lookup,
+        saved_daemon,
+        saved_end,
+    )
     from multiserver_cli.attach._tty import is_terminal
 
     host, remote_name = split_target(args.name)
@@ -77,8 +84,18 @@ def _run(args: Namespace) -> int:
     name = check_name(args.name)
     if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
+    number = _args.only_daemon(args)
     with _saved.open_saved() as saved:
-        resolution = lookup(name, _args.only_daemon(args), "attach", saved)
+        # The saved session's own daemon, asked on the connection that then
+        # holds it: one dial before raw mode. Else the survey says.
+        with saved_daemon(name, number, saved) as there:
+            if there is not None:
+                client, ref = there
+                client.deadline = deadline()  # a command's bound, past the scan's
+                (result,) = _claim(client, ref.child_id, name)
+                if result.error is None:
+                    return _claimed(args, client, name, result, saved)
+        resolution = lookup(name, number, "attach", saved)
         ended = saved_end(resolution)
         if ended is not None:
             return _show_saved_end(saved.store(), ended)
@@ -106,11 +123,9 @@ def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
 def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
     """Attach this terminal to the live session ``found`` (``attach NAME``,
     and ``new -A`` of a session that exists)."""
-    from multiserver import dial_blocking, replaced
-    from multiserver_cli import _saved
+    from multiserver import dial_blocking
     from multiserver_cli._sessions import bounded, deadline
-    from multiserver_cli.attach import _attached
-    from multiserver_cli.attach._tty import is_terminal, say
+    from multiserver_cli.attach._tty import is_terminal
 
     if not is_terminal(0):
         raise CliError("attach needs a terminal: stdin is not a tty")
@@ -119,20 +134,43 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
         bounded("attach"),
         dial_blocking(found.socket, children=False, deadline=deadline()) as client,
     ):
-        # keep_output: if this client dies before it releases, the daemon
-        # still has the output it was about to show.
-        (result,) = client.claim([found.child.id], steal=True, keep_output=True)
+        (result,) = _claim(client, found.child.id, name)
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
-        assert result.child is not None
-        child = replaced(result.child, name=name)
-        notice = _saved.take_notice(saved, name)
-        replay = notice + result.output
-        if result.dropped:
-            replay = (
-                f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
-                + replay
-            )
+        return _claimed(args, client, name, result, saved)
+
+
+def _claim(client: SyncClient, child_id: int, name: str) -> list[ClaimResult]:
+    """Claim the child for this terminal, from whoever holds it.
+    keep_output: if this client dies before it releases, the daemon still
+    has the output it was about to show."""
+    from multiserver_cli._sessions import bounded
+
+    with bounded("attach"):
+        return client.claim([child_id], steal=True, keep_output=True)
+
+
+def _claimed(
+    args: Namespace, client: SyncClient, name: str, result: ClaimResult, saved: Saved
+) -> int:
+    """Be the terminal of the child ``result`` claimed on ``client`` (or
+    show how it ended), under the name the user knows it by."""
+    from multiserver import replaced
+    from multiserver_cli import _saved
+    from multiserver_cli._sessions import bounded
+    from multiserver_cli.attach import _attached
+    from multiserver_cli.attach._tty import say
+
+    assert result.child is not None
+    child = replaced(result.child, name=name)
+    notice = _saved.take_notice(saved, name)
+    replay = notice + result.output
+    if result.dropped:
+        replay = (
+            f"[multiserver: {result.dropped} earlier bytes of {name} were not kept]\r\n".encode()
+            + replay
+        )
+    with bounded("attach"):
         if result.master is None:
             return _attached.attach_exited(client, child, replay, say, _closer(saved))
         return attach_held(args, client, child, result.master, replay, saved, notice)

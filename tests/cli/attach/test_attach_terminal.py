@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from multiserver_cli.attach._terminal import SENTINEL
@@ -487,3 +489,32 @@ async def test_keys_typed_before_the_session_reads_them_reach_it_as_in_tmux(
     assert screen.count("[got typed-ahead]") == 1, screen
     t.line("")
     await t.wait_screen("[ahead exited with code 0]")
+
+
+STRACE = shutil.which("strace")
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace is not installed (make test installs it)")
+async def test_attach_to_a_saved_session_dials_its_daemon_once(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """Issue 37: attach asked the saved session's daemon on one connection
+    (a peek) and claimed it on a second. The daemon is dialled once now,
+    and the claim goes on that connection: every connect() the command
+    makes is counted, by strace."""
+    await ms(ms_dirs, "new", "-d", "-n", "one", "--", "sh", "-c", "echo hello-once; sleep 100")
+    await wait_buffered(ms_dirs, "one", b"hello-once")
+    trace = ms_dirs.root / "connects.txt"
+    t = open_terminal(
+        [STRACE or "strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace),
+         MULTISERVER, "attach", "one"]
+    )  # fmt: skip
+    await t.wait_screen("hello-once")
+    t.type(DETACH)
+    await t.wait_screen("[detached from one]")
+    with trio.fail_after(10):
+        while t.proc.poll() is None:
+            await trio.sleep(0.01)
+    socket = str(ms_dirs.paths.socket)
+    dials = [line for line in trace.read_text().splitlines() if socket in line]
+    assert len(dials) == 1, dials
