@@ -94,8 +94,7 @@ def _on_alarm(_signum: int, _frame: FrameType | None) -> None:
     raise BudgetExceeded(f"the benchmarks ran past {BUDGET} s")
 
 
-def main(argv: list[str] | None = None) -> int:
-    names = [m.NAME for m in MODULES]
+def _parser(names: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
@@ -115,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run nothing: draw benchmarks/out/benchmarks.png again from benchmarks/out/results.json",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser([m.NAME for m in MODULES])
     args = parser.parse_args(argv)
     if args.redraw:
         return _redraw()
@@ -139,45 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     # (or reused) here, before any clock starts.
     print(f"[install] multiserver: {installed().describe()}", file=sys.stderr, flush=True)
 
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.alarm(BUDGET)
-    started = time.monotonic()
     load_start = os.getloadavg()[0]
-    rows: list[Row] = []
-    failed = False
-    try:
-        for n, mod in enumerate(selected):
-            t0 = time.monotonic()
-            print(f"[{mod.NAME}] up to {runs} runs ...", file=sys.stderr, flush=True)
-            try:
-                rows.extend(mod.run(settings))
-            except BudgetExceeded as exc:
-                # The report is still written: this figure and the ones
-                # after it say they were cut short.
-                failed = True
-                rows.append(Row(mod.NAME, "failed", None, "", 0, "", None, detail=str(exc)))
-                rows.extend(
-                    Row(m.NAME, "skipped", None, "", 0, "", None, detail="time budget spent")
-                    for m in selected[n + 1 :]
-                )
-                break
-            except Exception as exc:
-                failed = True
-                traceback.print_exc()
-                rows.append(
-                    Row(mod.NAME, "failed", None, "", 0, "", None, detail=f"failed: {exc!r}")
-                )
-                if time.monotonic() - started >= BUDGET:  # the alarm, wrapped by trio
-                    rows.extend(
-                        Row(m.NAME, "skipped", None, "", 0, "", None, detail="time budget spent")
-                        for m in selected[n + 1 :]
-                    )
-                    break
-            print(f"[{mod.NAME}] {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
-    finally:
-        signal.alarm(0)
+    started = time.monotonic()
+    rows, failed = _run_all(selected, settings)
     seconds = time.monotonic() - started
-
     info = RunInfo(
         date=now(),
         seconds=seconds,
@@ -200,6 +169,49 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"\n{len(rows)} rows in {seconds:.0f} s; wrote {_rel(md_path)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _skipped(after: list[ModuleType]) -> list[Row]:
+    return [
+        Row(m.NAME, "skipped", None, "", 0, "", None, detail="time budget spent") for m in after
+    ]
+
+
+def _run_all(selected: list[ModuleType], settings: Settings) -> tuple[list[Row], bool]:
+    """Each selected figure in turn, under the whole run's budget (an
+    alarm); its rows, and whether one failed. A figure that fails is a row
+    saying why; once the budget is spent, the rest are rows saying so."""
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(BUDGET)
+    started = time.monotonic()
+    rows: list[Row] = []
+    failed = False
+    try:
+        for n, mod in enumerate(selected):
+            t0 = time.monotonic()
+            print(f"[{mod.NAME}] up to {settings.runs} runs ...", file=sys.stderr, flush=True)
+            try:
+                rows.extend(mod.run(settings))
+            except BudgetExceeded as exc:
+                # The report is still written: this figure and the ones
+                # after it say they were cut short.
+                failed = True
+                rows.append(Row(mod.NAME, "failed", None, "", 0, "", None, detail=str(exc)))
+                rows.extend(_skipped(selected[n + 1 :]))
+                break
+            except Exception as exc:
+                failed = True
+                traceback.print_exc()
+                rows.append(
+                    Row(mod.NAME, "failed", None, "", 0, "", None, detail=f"failed: {exc!r}")
+                )
+                if time.monotonic() - started >= BUDGET:  # the alarm, wrapped by trio
+                    rows.extend(_skipped(selected[n + 1 :]))
+                    break
+            print(f"[{mod.NAME}] {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        signal.alarm(0)
+    return rows, failed
 
 
 def _redraw() -> int:

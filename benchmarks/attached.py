@@ -289,6 +289,19 @@ def run(settings: Settings) -> list[Row]:
     return _rows(subjects, raw, pipe, copier, got)
 
 
+RATE_FIG = "attached throughput, 32 MiB of base64 text (MiB/s, higher is better)"
+CPU_FIG = "attached throughput: CPU seconds for those 32 MiB"
+
+
+def _exact(samples: list[Sample]) -> str:
+    checked = [s.exact for s in samples if s.exact is not None]
+    if not checked:
+        return "not byte-checked (draws its own screen)"
+    return (
+        "byte count exact" if all(checked) else f"byte count WRONG in {checked.count(False)} run(s)"
+    )
+
+
 def _rows(
     subjects: list[Keeper],
     raw: list[Sample],
@@ -296,38 +309,21 @@ def _rows(
     copier: list[Sample],
     got: dict[str, list[Sample]],
 ) -> list[Row]:
-    rate_fig = "attached throughput, 32 MiB of base64 text (MiB/s, higher is better)"
-    cpu_fig = "attached throughput: CPU seconds for those 32 MiB"
     raw_rate = [s.rate for s in raw]
-    raw_cpu = [s.cpu for s in raw]
-    base_rate, base_cpu = median(raw_rate), median(raw_cpu)
-
-    def exact(samples: list[Sample]) -> str:
-        checked = [s.exact for s in samples if s.exact is not None]
-        if not checked:
-            return "not byte-checked (draws its own screen)"
-        return (
-            "byte count exact"
-            if all(checked)
-            else f"byte count WRONG in {checked.count(False)} run(s)"
-        )
-
     rows = [
         Row(
-            figure=rate_fig,
+            figure=RATE_FIG,
             subject="reader ceiling: the same reader on a pipe from cat",
             value=median(pipe),
             unit="MiB/s",
             runs=len(pipe),
             baseline=BASELINE,
-            baseline_value=base_rate,
+            baseline_value=median(raw_rate),
             detail=f"range {spread(pipe)} MiB/s: the reader is not the bottleneck of any row",
             samples=tuple(pipe),
             baseline_samples=tuple(raw_rate),
         )
     ]
-    rate_rows: list[Row] = []
-    cpu_rows: list[Row] = []
     entries: list[tuple[str, str, list[Sample] | None, bool, str]] = [
         (
             "floor: `cat` copying the session PTY to the outer PTY",
@@ -343,51 +339,55 @@ def _rows(
         entries.append(
             (f"multiserver: `{k.shape}`" if ours else k.name, k.shape, got.get(k.name), ours, why)
         )
-    for subject, shape, samples, ours, why in entries:
-        if not samples:
-            rate_rows.append(
-                Row(rate_fig, subject, None, "MiB/s", 0, BASELINE, base_rate, detail=why)
-            )
-            cpu_rows.append(Row(cpu_fig, subject, None, "s", 0, BASELINE, base_cpu, detail=why))
-            continue
-        rates = [s.rate for s in samples]
-        cpus = [s.cpu for s in samples]
-        rate_rows.append(
-            Row.against(
-                Limit(">=", TARGET_RATE, paired_ratio(rates, raw_rate), "x raw PTY")
-                if ours
-                else None,
-                figure=rate_fig,
-                subject=subject,
-                value=median(rates),
-                unit="MiB/s",
-                runs=len(rates),
-                baseline=BASELINE,
-                baseline_value=base_rate,
-                detail=f"range {spread(rates)} MiB/s; `{shape}`; {exact(samples)}",
-                samples=tuple(rates),
-                baseline_samples=tuple(raw_rate),
-            )
+    pairs = [_subject_rows(*entry, raw) for entry in entries]
+    return [*rows, *(rate for rate, _ in pairs), *(cpu for _, cpu in pairs)]
+
+
+def _subject_rows(
+    subject: str, shape: str, samples: list[Sample] | None, ours: bool, why: str, raw: list[Sample]
+) -> tuple[Row, Row]:
+    """One subject's throughput row and its CPU row (``ours``: with the
+    targets), against the raw PTY's samples of the same runs."""
+    raw_rate = [s.rate for s in raw]
+    raw_cpu = [s.cpu for s in raw]
+    base_rate, base_cpu = median(raw_rate), median(raw_cpu)
+    if not samples:
+        return (
+            Row(RATE_FIG, subject, None, "MiB/s", 0, BASELINE, base_rate, detail=why),
+            Row(CPU_FIG, subject, None, "s", 0, BASELINE, base_cpu, detail=why),
         )
-        cpu_rows.append(
-            Row.against(
-                Limit("<=", TARGET_CPU, paired_ratio(cpus, raw_cpu), "x raw PTY") if ours else None,
-                figure=cpu_fig,
-                subject=subject,
-                value=median(cpus),
-                unit="s",
-                runs=len(cpus),
-                baseline=BASELINE,
-                baseline_value=base_cpu,
-                detail=(
-                    f"all processes + reader; the client's share "
-                    f"{median([s.client_cpu for s in samples]):.2f} s, the reader's "
-                    f"{median([s.reader_cpu for s in samples]):.2f} s "
-                    f"(raw: reader {median([s.reader_cpu for s in raw]):.2f} s, program "
-                    f"{median([s.cpu - s.reader_cpu for s in raw]):.2f} s)"
-                ),
-                samples=tuple(cpus),
-                baseline_samples=tuple(raw_cpu),
-            )
-        )
-    return [*rows, *rate_rows, *cpu_rows]
+    rates = [s.rate for s in samples]
+    cpus = [s.cpu for s in samples]
+    rate = Row.against(
+        Limit(">=", TARGET_RATE, paired_ratio(rates, raw_rate), "x raw PTY") if ours else None,
+        figure=RATE_FIG,
+        subject=subject,
+        value=median(rates),
+        unit="MiB/s",
+        runs=len(rates),
+        baseline=BASELINE,
+        baseline_value=base_rate,
+        detail=f"range {spread(rates)} MiB/s; `{shape}`; {_exact(samples)}",
+        samples=tuple(rates),
+        baseline_samples=tuple(raw_rate),
+    )
+    cpu = Row.against(
+        Limit("<=", TARGET_CPU, paired_ratio(cpus, raw_cpu), "x raw PTY") if ours else None,
+        figure=CPU_FIG,
+        subject=subject,
+        value=median(cpus),
+        unit="s",
+        runs=len(cpus),
+        baseline=BASELINE,
+        baseline_value=base_cpu,
+        detail=(
+            f"all processes + reader; the client's share "
+            f"{median([s.client_cpu for s in samples]):.2f} s, the reader's "
+            f"{median([s.reader_cpu for s in samples]):.2f} s "
+            f"(raw: reader {median([s.reader_cpu for s in raw]):.2f} s, program "
+            f"{median([s.cpu - s.reader_cpu for s in raw]):.2f} s)"
+        ),
+        samples=tuple(cpus),
+        baseline_samples=tuple(raw_cpu),
+    )
+    return rate, cpu

@@ -158,80 +158,82 @@ def run(settings: Settings) -> list[Row]:
         for k in subjects:
             if k.name in got:
                 got[k.name].append(_keeper(k, seconds))
+    pairs = [
+        _subject_rows(
+            "multiserver: `multiserver new -d`, nobody attached"
+            if k.name == "multiserver"
+            else k.name,
+            got.get(k.name),
+            raw,
+            seconds,
+        )
+        for k in subjects
+    ]
+    return [*(cpu for cpu, _ in pairs), *(rate for _, rate in pairs)]
 
+
+def _subject_rows(
+    subject: str, samples: list[Sample] | None, raw: list[Sample], seconds: float
+) -> tuple[Row, Row]:
+    """One subject's server-CPU row and its child's write-rate row, against
+    the raw PTY's samples of the same runs."""
     cpu_fig = f"drain: a detached child writing as fast as it can; server CPU seconds per second ({seconds:g} s)"
     rate_fig = f"drain: that child's write rate (MiB/s, higher is better; {seconds:g} s)"
     raw_cpu = [s.cpu for s in raw]
     raw_rate = [s.rate for s in raw]
+    if not samples:
+        return (
+            Row(
+                cpu_fig,
+                subject,
+                None,
+                "CPU s/s",
+                0,
+                BASELINE,
+                median(raw_cpu),
+                detail="not installed",
+            ),
+            Row(
+                rate_fig,
+                subject,
+                None,
+                "MiB/s",
+                0,
+                BASELINE,
+                median(raw_rate),
+                detail="not installed",
+            ),
+        )
+    cpus = [s.cpu for s in samples]
+    rates = [s.rate for s in samples]
+    blocked = [s.blocked for s in samples]
     raw_blocked = median([s.blocked for s in raw])
-    cpu_rows: list[Row] = []
-    rate_rows: list[Row] = []
-    for k in subjects:
-        samples = got.get(k.name)
-        subject = (
-            "multiserver: `multiserver new -d`, nobody attached"
-            if k.name == "multiserver"
-            else k.name
-        )
-        if not samples:
-            cpu_rows.append(
-                Row(
-                    cpu_fig,
-                    subject,
-                    None,
-                    "CPU s/s",
-                    0,
-                    BASELINE,
-                    median(raw_cpu),
-                    detail="not installed",
-                )
-            )
-            rate_rows.append(
-                Row(
-                    rate_fig,
-                    subject,
-                    None,
-                    "MiB/s",
-                    0,
-                    BASELINE,
-                    median(raw_rate),
-                    detail="not installed",
-                )
-            )
-            continue
-        cpus = [s.cpu for s in samples]
-        rates = [s.rate for s in samples]
-        blocked = [s.blocked for s in samples]
-        cpu_rows.append(
-            Row(
-                figure=cpu_fig,
-                subject=subject,
-                value=median(cpus),
-                unit="CPU s/s",
-                runs=len(cpus),
-                baseline=BASELINE,
-                baseline_value=median(raw_cpu),
-                detail=f"range {spread(cpus, 1, '{:.2f}')}; the server's processes only (not the child)",
-                samples=tuple(cpus),
-                baseline_samples=tuple(raw_cpu),
-            )
-        )
-        rate_rows.append(
-            Row(
-                figure=rate_fig,
-                subject=subject,
-                value=median(rates),
-                unit="MiB/s",
-                runs=len(rates),
-                baseline=BASELINE,
-                baseline_value=median(raw_rate),
-                detail=(
-                    f"range {spread(rates)} MiB/s; child blocked in its write in "
-                    f"{median(blocked) * 100:.0f}% of state samples (raw PTY: {raw_blocked * 100:.0f}%); "
-                    f"rate ratio {paired_ratio(rates, raw_rate):.2f}x"
-                ),
-                samples=tuple(rates),
-                baseline_samples=tuple(raw_rate),
-            )
-        )
-    return [*cpu_rows, *rate_rows]
+    cpu = Row(
+        figure=cpu_fig,
+        subject=subject,
+        value=median(cpus),
+        unit="CPU s/s",
+        runs=len(cpus),
+        baseline=BASELINE,
+        baseline_value=median(raw_cpu),
+        detail=f"range {spread(cpus, 1, '{:.2f}')}; the server's processes only (not the child)",
+        samples=tuple(cpus),
+        baseline_samples=tuple(raw_cpu),
+    )
+    rate = Row(
+        figure=rate_fig,
+        subject=subject,
+        value=median(rates),
+        unit="MiB/s",
+        runs=len(rates),
+        baseline=BASELINE,
+        baseline_value=median(raw_rate),
+        detail=(
+            f"range {spread(rates)} MiB/s; child blocked in its write in "
+            f"{median(blocked) * 100:.0f}% of state samples (raw PTY: {raw_blocked * 100:.0f}%); "
+            f"rate ratio {paired_ratio(rates, raw_rate):.2f}x"
+        ),
+        samples=tuple(rates),
+        baseline_samples=tuple(raw_rate),
+    )
+    return cpu, rate

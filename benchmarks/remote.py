@@ -151,19 +151,31 @@ def _measure(settings: Settings, sc: Scratch, remote: Remote) -> list[Row]:
     )
     path = sc.root / "payload.b64"
     _payload(path)
+    return _rows(_collect(settings, env, remote, path))
+
+
+@attrs.define
+class _Samples:
+    ls_ms: list[float] = attrs.Factory(list)
+    shared_ms: list[float] = attrs.Factory(list)
+    ssh_ms: list[float] = attrs.Factory(list)
+    attach_rate: list[float] = attrs.Factory(list)
+    cat_rate: list[float] = attrs.Factory(list)
+
+
+def _collect(settings: Settings, env: dict[str, str], remote: Remote, path: Path) -> _Samples:
+    """Each run: ls, ssh true through the shared connection and on its
+    own, a session's 8 MiB attached and the same through ssh -tt cat."""
+    ms = multiserver_bin()
     lines = path.read_bytes().count(b"\n")
-    ls_ms: list[float] = []
-    shared_ms: list[float] = []
-    ssh_ms: list[float] = []
-    attach_rate: list[float] = []
-    cat_rate: list[float] = []
+    got = _Samples()
     ssh_true = ["ssh", "-F", str(remote.ssh_config), remote.alias, "true"]
     shared_true = _shared_true(remote)
     timed_command([ms, "ls"], env, SSH_TIMEOUT)  # opens the shared connection
     for i in settings.runs_within(SECONDS):
-        ls_ms.append(timed_command([ms, "ls"], env, SSH_TIMEOUT) * 1000)
-        shared_ms.append(timed_command(shared_true, env, SSH_TIMEOUT) * 1000)
-        ssh_ms.append(timed_command(ssh_true, env, SSH_TIMEOUT) * 1000)
+        got.ls_ms.append(timed_command([ms, "ls"], env, SSH_TIMEOUT) * 1000)
+        got.shared_ms.append(timed_command(shared_true, env, SSH_TIMEOUT) * 1000)
+        got.ssh_ms.append(timed_command(ssh_true, env, SSH_TIMEOUT) * 1000)
         name = f"t{i}"
         script = f"echo ready; read x; cat {path}; exec sleep 1000"
         timed_command(
@@ -171,9 +183,15 @@ def _measure(settings: Settings, sc: Scratch, remote: Remote) -> list[Row]:
             env,
             SSH_TIMEOUT,
         )
-        attach_rate.append(PAYLOAD / MIB / _attached(ms, env, name, lines))
+        got.attach_rate.append(PAYLOAD / MIB / _attached(ms, env, name, lines))
         timed_command([ms, "kill", f"db1:{name}"], env, SSH_TIMEOUT)
-        cat_rate.append(PAYLOAD / MIB / _ssh_cat(remote, path, env, lines))
+        got.cat_rate.append(PAYLOAD / MIB / _ssh_cat(remote, path, env, lines))
+    return got
+
+
+def _rows(got: _Samples) -> list[Row]:
+    ls_ms, shared_ms, ssh_ms = got.ls_ms, got.shared_ms, got.ssh_ms
+    attach_rate, cat_rate = got.attach_rate, got.cat_rate
     ratio = median([a / b for a, b in zip(ls_ms, shared_ms, strict=True)])
     tput = median([a / b for a, b in zip(attach_rate, cat_rate, strict=True)])
     ls_figure = "a host through OpenSSH: ls (lower is better)"

@@ -35,8 +35,10 @@ Target: a pause under 100 ms at 200 sessions.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
+import struct
 import subprocess
 import time
 from collections import Counter
@@ -56,8 +58,6 @@ from benchmarks.common import (
 from benchmarks.installed import installed
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
 from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, DaemonPaths, open_client
-from multiserver.protocol._codec import Codec
-from multiserver.protocol._messages import Hello
 
 NAME = "upgrade"
 TARGET_MS = {200: 100.0}
@@ -82,8 +82,19 @@ class Samples:
 
 
 def _hello() -> bytes:
-    msg = Hello(MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, client="bench-probe", children=False)
-    return Codec("client").send(msg)
+    """A Hello frame as docs/protocol.md spells it out (section 8: magic
+    "MS", version, type 1, no fds, the JSON body's length, no blob), for a
+    probe that only waits for the first byte of the answer."""
+    body = json.dumps(
+        {
+            "min_version": MIN_PROTOCOL_VERSION,
+            "max_version": PROTOCOL_VERSION,
+            "client": "bench-probe",
+            "children": False,
+        },
+        separators=(",", ":"),
+    ).encode()
+    return struct.pack(">2sHHHII", b"MS", PROTOCOL_VERSION, 1, 0, len(body), 0) + body
 
 
 async def _probe(path: Path, hello: bytes) -> tuple[float, float]:
