@@ -28,7 +28,6 @@ EXPORTS = {
     "multiserver.terminal._buffer": ("OutputBuffer", "safe_start"),
     "multiserver.client._client": ("Client", "dial", "handshake", "open_client"),
     "multiserver.protocol._frames": ("close_fds", "is_a", "replaced"),
-    "multiserver.client._hooks": ("WELCOME_HOOKS",),
     "multiserver.settings._config": ("DaemonConfig", "config_from_env"),
     "multiserver.daemon._daemon_main": ("run_foreground",),
     "multiserver.settings._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),

@@ -32,9 +32,6 @@ from multiserver.client._client import (
     handshake as handshake,
     open_client as open_client,
 )
-from multiserver.client._hooks import (
-    WELCOME_HOOKS as WELCOME_HOOKS,
-)
 from multiserver.client._results import (
     ClaimResult as ClaimResult,
     LaunchResult as LaunchResult,

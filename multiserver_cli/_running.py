@@ -5,7 +5,8 @@ sessions it runs (``running``). Blocking calls only: no trio."""
 
 from __future__ import annotations
 
-from multiserver import DaemonPaths, MultiserverError, dial_blocking, read_origin, record
+from multiserver import DaemonPaths, MultiserverError, read_origin, record
+from multiserver_cli._dial import dial
 from multiserver_cli._sessions import deadline
 
 TYPE_CHECKING = False
@@ -37,7 +38,7 @@ def describe_daemon(client: SyncClient) -> str:
 def running(paths: DaemonPaths) -> Running | None:
     """The daemon on ``paths`` (never started here), or None."""
     try:
-        with dial_blocking(paths.socket, children=False, deadline=deadline()) as client:
+        with dial(paths.socket, children=False, deadline=deadline()) as client:
             origin = read_origin(paths.lock)
             service = (
                 origin is not None

@@ -26,12 +26,12 @@ from multiserver import (
     SyncClient,
     TimedOut,
     UnsafeDirectory,
-    dial_blocking,
     find_sockets,
     record,
     replaced,
     unsafe_socket_dirs,
 )
+from multiserver_cli._dial import dial
 from multiserver_cli._errors import CliError
 from multiserver_cli._names import (
     DaemonView,
@@ -118,9 +118,7 @@ def ask_daemon(
     """``work`` done with the daemon at ``sock_path`` within SCAN_TIMEOUT;
     a line saying why not; None if no daemon runs there."""
     try:
-        with dial_blocking(
-            sock_path, children=children, deadline=time.monotonic() + SCAN_TIMEOUT
-        ) as client:
+        with dial(sock_path, children=children, deadline=time.monotonic() + SCAN_TIMEOUT) as client:
             return work(client)
     except DaemonNotRunning:
         return None
@@ -283,7 +281,7 @@ def saved_daemon(
     client = None
     if ref is not None:
         with contextlib.suppress(MultiserverError):
-            client = dial_blocking(
+            client = dial(
                 Path(ref.socket), children=False, deadline=time.monotonic() + SCAN_TIMEOUT
             )
     if client is None or ref is None:

@@ -30,9 +30,9 @@ from multiserver import (
     MultiserverError,
     RequestFailed,
     TimedOut,
-    dial_blocking,
     is_a,
 )
+from multiserver_cli._dial import dial
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def finish_pending_closes(store: ArrangementStore | None) -> None:
 
 def _end_child(ref: RestorationRef, deadline: float) -> None:
     try:
-        client = dial_blocking(Path(ref.socket), children=False, deadline=deadline)
+        client = dial(Path(ref.socket), children=False, deadline=deadline)
     except TimedOut:
         raise
     except MultiserverError:

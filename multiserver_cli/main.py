@@ -98,11 +98,6 @@ def main(argv: list[str] | None = None) -> None:
     _args.settle(args, parser)
     if getattr(command, "WHOLE_PARSER", False):  # completion: every command's flags
         args.whole_parser = build_parser()
-    if command not in (upgrade, daemon):  # they say the daemon's version themselves
-        from multiserver import WELCOME_HOOKS
-        from multiserver_cli._older import notice
-
-        WELCOME_HOOKS.append(notice)
     try:
         try:
             status = run(command, args)

@@ -29,7 +29,6 @@ from multiserver._errors import (
 )
 from multiserver.client import _calls as calls
 from multiserver.client._calls import More
-from multiserver.client._hooks import WELCOME_HOOKS
 from multiserver.client._results import WelcomeReader, hello
 from multiserver.client._spawn import (
     TimedOut,
@@ -54,7 +53,7 @@ from multiserver.system._paths import DaemonPaths
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
     from types import TracebackType
     from typing import TypeVar
@@ -341,10 +340,14 @@ def dial_blocking(
     config: DaemonConfig | None = None,
     children: bool = True,
     deadline: float | None = None,
+    on_welcome: Callable[[Welcome, Path], None] | None = None,
 ) -> SyncClient:
     """Connect (with ``start``, starting the daemon if none runs) and say
     hello, all before ``deadline`` (time.monotonic). The client keeps the
     deadline for its requests; set ``client.deadline`` to change it.
+    ``on_welcome``: called with the daemon's Welcome and its socket once
+    the handshake is done (the command line notices an older daemon so;
+    the library itself says nothing).
 
     Past the deadline: TimedOut, and nothing is left open (a daemon it
     started keeps running).
@@ -377,6 +380,6 @@ def dial_blocking(
         except BaseException:
             channel.close()
             raise
-        for hook in WELCOME_HOOKS:
-            hook(welcome, socket_path)
+        if on_welcome is not None:
+            on_welcome(welcome, socket_path)
         return SyncClient(channel, welcome, socket_path)

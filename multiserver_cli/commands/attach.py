@@ -123,7 +123,7 @@ def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
 def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
     """Attach this terminal to the live session ``found`` (``attach NAME``,
     and ``new -A`` of a session that exists)."""
-    from multiserver import dial_blocking
+    from multiserver_cli._dial import dial
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach._tty import is_terminal
 
@@ -132,7 +132,7 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
     name = found.child.name  # the name the user knows it by
     with (
         bounded("attach"),
-        dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+        dial(found.socket, children=False, deadline=deadline()) as client,
     ):
         (result,) = _claim(client, found.child.id, name)
         if result.error is not None:

@@ -59,8 +59,9 @@ def run(args: Namespace) -> int:
     import contextlib
     import signal
 
-    from multiserver import RequestFailed, describe_exit, dial_blocking
+    from multiserver import RequestFailed, describe_exit
     from multiserver_cli import _saved, _state
+    from multiserver_cli._dial import dial
     from multiserver_cli._names import SavedOnly
     from multiserver_cli._sessions import bounded, deadline, live_or_fail, lookup
 
@@ -83,7 +84,7 @@ def run(args: Namespace) -> int:
         staged = None if only_signal else _staged(store, found, child, "not killed")
         with (
             bounded("kill"),
-            dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+            dial(found.socket, children=False, deadline=deadline()) as client,
         ):
             code = _end(client, child, signum, only_signal)
             if code is None:

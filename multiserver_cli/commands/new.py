@@ -162,8 +162,9 @@ def _refuse_held(plan: Create) -> None:
 def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
     """Launch the session ``plan`` says, save it, and attach to it (or,
     with ``-d``, print its name)."""
-    from multiserver import DaemonPaths, dial_blocking, launch_env
+    from multiserver import DaemonPaths, launch_env
     from multiserver_cli import _saved
+    from multiserver_cli._dial import dial
     from multiserver_cli._sessions import bounded, deadline
     from multiserver_cli.attach._tty import terminal_size
     from multiserver_cli.commands.attach import attach_held
@@ -180,7 +181,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
     paths = DaemonPaths.for_number(args.daemon)
     with (
         bounded("new"),
-        dial_blocking(paths, start=True, children=False, deadline=deadline()) as client,
+        dial(paths, start=True, children=False, deadline=deadline()) as client,
     ):
         launched = _launch(
             client,

@@ -41,7 +41,7 @@ def run(args: Namespace) -> int:
     host, name = split_target(args.name)
     if host is not None:
         return _peek_there(host, name, args)
-    from multiserver import dial_blocking
+    from multiserver_cli._dial import dial
     from multiserver_cli._sessions import bounded, deadline, live_or_fail, lookup, saved_end
 
     if args.bytes is not None and args.bytes < 0:
@@ -58,7 +58,7 @@ def run(args: Namespace) -> int:
         notice = _notice(saved.find(found.child.name), found.instance_id, found.child.id)
     with (
         bounded("peek"),
-        dial_blocking(found.socket, children=False, deadline=deadline()) as client,
+        dial(found.socket, children=False, deadline=deadline()) as client,
     ):
         result = client.peek(found.child.id, args.bytes)
     _show(_last(notice + result.output, args.bytes))

@@ -18,12 +18,13 @@ def add_arguments(p: ArgumentParser) -> None:
 
 
 def run(args: Namespace) -> int:
-    from multiserver import DaemonNotRunning, DaemonPaths, RequestFailed, dial_blocking
+    from multiserver import DaemonNotRunning, DaemonPaths, RequestFailed
+    from multiserver_cli._dial import dial
     from multiserver_cli._sessions import bounded, deadline
 
     paths = DaemonPaths.for_number(args.daemon)
     try:
-        with bounded("stop"), dial_blocking(paths.socket, deadline=deadline()) as client:
+        with bounded("stop"), dial(paths.socket, deadline=deadline()) as client:
             try:
                 client.shutdown(force=args.force)
             except RequestFailed as exc:

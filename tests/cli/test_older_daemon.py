@@ -86,23 +86,18 @@ def test_a_daemon_as_new_or_newer_is_not_mentioned(
 async def test_every_command_that_talks_to_the_daemon_notices(
     daemon: RunningDaemon, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Wired in ``main``: an ``ls`` built as a newer version than the
-    daemon's says so, once; ``upgrade`` itself does not."""
+    """Wired where a command dials (``_dial``): an ``ls`` built as a newer
+    version than the daemon's says so, once."""
     import multiserver
-    from multiserver.client._hooks import WELCOME_HOOKS
     from multiserver_cli.main import main
 
     monkeypatch.setattr(multiserver, "__version__", "999.0")
-    saved = list(WELCOME_HOOKS)
-    try:
-        for _ in range(2):
-            with pytest.raises(SystemExit) as done:
-                await trio.to_thread.run_sync(main, ["ls"])
-            assert done.value.code == 0
-        err = capfd.readouterr().err
-        assert err.count("older than this command (999.0)") == 1, err
-    finally:
-        WELCOME_HOOKS[:] = saved
+    for _ in range(2):
+        with pytest.raises(SystemExit) as done:
+            await trio.to_thread.run_sync(main, ["ls"])
+        assert done.value.code == 0
+    err = capfd.readouterr().err
+    assert err.count("older than this command (999.0)") == 1, err
 
 
 def test_an_upgrade_to_older_code_says_it_is_a_downgrade() -> None:
