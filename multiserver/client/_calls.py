@@ -38,7 +38,7 @@ from multiserver.protocol._light_messages import (
     Upgrade,
     Upgraded,
 )
-from multiserver.protocol._proto import SELECT_VERSION, selected
+from multiserver.protocol._proto import SELECT_VERSION, select_problem, selected
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -232,8 +232,10 @@ def listing(
 ) -> Call[list[ChildInfo]]:
     """The daemon's children, or only those ``prefixes`` and ``ids`` select
     (``_proto.selected``). A daemon older than ``SELECT_VERSION`` (the
-    connection's ``version``) is asked for all and they are selected here."""
-    return _Listing(foreground, prefixes, ids, version >= SELECT_VERSION)
+    connection's ``version``), or a selection past what a daemon matches
+    (``_proto.select_problem``), asks for all and selects here."""
+    asks = version >= SELECT_VERSION and select_problem(prefixes, ids) is None
+    return _Listing(foreground, prefixes, ids, asks)
 
 
 class _Listing(Call[list[ChildInfo]]):

@@ -77,7 +77,7 @@ from multiserver.protocol._messages import (
     Upgrade,
     Welcome,
 )
-from multiserver.protocol._proto import UPGRADE_VERSION, selected
+from multiserver.protocol._proto import UPGRADE_VERSION, select_problem, selected
 from multiserver.settings._env import child_env
 from multiserver.system._osstr import escaped, is_utf8
 from multiserver.terminal._buffer import OutputBuffer
@@ -508,6 +508,9 @@ class RequestCore(Generic[C]):
 
     def _list(self, peer: Peer, msg: ListChildren) -> Answer:
         version = self._version(peer)
+        problem = select_problem(msg.prefixes, msg.ids)
+        if problem is not None:
+            return self.error(peer, msg.req, errno.E2BIG, problem)
         ids = None if msg.ids is None else frozenset(msg.ids)
         infos = [
             self._info(peer, c, held=c.id in self._holders, foreground=msg.foreground)

@@ -36,6 +36,11 @@ MIN_PROTOCOL_VERSION = 2
 OS_BYTES_VERSION = 5
 UPGRADE_VERSION = 6
 SELECT_VERSION = 7
+# The most a ListChildren may select by: each child is matched against
+# every prefix, so a peer with a million would stall the daemon's loop.
+# A client that would ask for more asks for every child and selects itself.
+MAX_SELECT_PREFIXES = 64
+MAX_SELECT_IDS = 4096
 
 # What the daemon says it runs (Welcome.server): the installed code's version.
 SERVER_NAME = f"multiserver/{__version__}"
@@ -55,6 +60,16 @@ OMIT_IF_DEFAULT: dict[str, tuple[str, ...]] = {
     "Children": ("last",),
     "ListChildren": ("prefixes", "ids"),
 }
+
+
+def select_problem(prefixes: Sequence[str] | None, ids: Collection[int] | None) -> str | None:
+    """Why a ListChildren selects by more than a daemon matches (one line),
+    or None."""
+    if prefixes is not None and len(prefixes) > MAX_SELECT_PREFIXES:
+        return f"ListChildren: {len(prefixes)} prefixes; at most {MAX_SELECT_PREFIXES}"
+    if ids is not None and len(ids) > MAX_SELECT_IDS:
+        return f"ListChildren: {len(ids)} ids; at most {MAX_SELECT_IDS}"
+    return None
 
 
 def selected(

@@ -43,6 +43,7 @@ from multiserver.protocol._messages import (
     Refused,
     Welcome,
 )
+from multiserver.protocol._proto import MAX_SELECT_IDS, MAX_SELECT_PREFIXES
 from tests.conftest import (
     MsDirs,
     RunningDaemon,
@@ -518,3 +519,36 @@ async def test_a_listing_holds_only_the_children_asked_about_at_any_version(
         assert isinstance(got, list) and sorted(c.name for c in got) == ["a", "ab", "ca"]
         for kid in made.values():
             await client.signal(kid, signal.SIGKILL)
+
+
+async def test_a_listing_that_selects_by_too_much_is_refused_and_the_client_selects_itself(
+    daemon: RunningDaemon,
+) -> None:
+    """Each child is matched against every prefix: a peer asking with a
+    million would stall the daemon's loop for everyone. Past the bounds the
+    daemon answers E2BIG in one line and serves on; the reference client
+    asks for every child instead and selects the same itself."""
+    async with open_client(daemon.paths) as client:
+        kid = (await client.launch(["sleep", "100"], name="a", hold=False)).child.id
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with sock, trio.fail_after(10):
+            await sock.connect(str(daemon.paths.socket))
+            peer = RawPeer(sock)
+            await peer.hello()
+            many = ListChildren(req=1, prefixes=["x"] * (MAX_SELECT_PREFIXES + 1))
+            await sock.send(peer.codec.send(many))
+            answer = await peer.next_message()
+            assert isinstance(answer, Error) and answer.errno == errno.E2BIG, answer
+            assert f"at most {MAX_SELECT_PREFIXES}" in answer.message
+            await sock.send(
+                peer.codec.send(ListChildren(req=2, ids=list(range(MAX_SELECT_IDS + 1))))
+            )
+            answer = await peer.next_message()
+            assert isinstance(answer, Error) and answer.errno == errno.E2BIG, answer
+            await sock.send(peer.codec.send(ListChildren(req=3, prefixes=["a"])))
+            answer = await peer.next_message()
+            assert isinstance(answer, Children) and [c.id for c in answer.children] == [kid]
+        prefixes = ["a", *(f"z{i}" for i in range(MAX_SELECT_PREFIXES))]
+        assert [c.id for c in await client.list(prefixes=prefixes)] == [kid]
+        assert [c.id for c in await client.list(ids=list(range(MAX_SELECT_IDS + 10)))] == [kid]
+        await client.signal(kid, signal.SIGKILL)
