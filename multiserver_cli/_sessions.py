@@ -211,7 +211,7 @@ def survey(saved: Saved, number: int | None = None, *, foreground: bool = False)
 
 def survey_about(saved: Saved, name: str) -> Survey:
     """``survey`` for a command about the one session ``name``, as
-    ``_names.narrowed`` cuts it: every daemon is asked, but only for the
+    ``_narrow.narrowed`` cuts it: every daemon is asked, but only for the
     children that bear on the name, and the store only for the saved
     sessions that do. Decides on ``name`` as the whole survey would, at a
     cost that does not grow with the sessions it does not touch."""
