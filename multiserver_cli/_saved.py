@@ -39,6 +39,7 @@ class Saved:
     def __init__(self, state: Path | None) -> None:
         self._state = state  # the state dir to read lightly; None: the store's to read
         self._leaves: list[SessionLeaf] | None = None  # all of them, once read
+        self._sockets: list[str] | None = None  # the refs' sockets, as ``about`` read them
         self._opened: contextlib.ExitStack | None = None
         self._store: ArrangementStore | None = None
 
@@ -71,14 +72,19 @@ class Saved:
     def about(self, prefix: str, name: str) -> list[SessionLeaf]:
         """The saved sessions whose names begin with ``prefix``, and the
         other hosts' sessions called ``name`` there (``HOST:NAME``): their
-        rows only, where the light read vouches for the file."""
-        if self._leaves is None:
-            index = self._index()
-            if index is not None:
-                there = [n for n in index[0] if n.partition(":")[2] == name]
-                found = self._light(names=there, prefix=prefix)
-                if found is not None:
-                    return found
+        rows only, where the light read vouches for the file (which also
+        gives ``ref_sockets``, on the same connection)."""
+        if self._leaves is None and self._state is not None and self._opened is None:
+            from restore import read_about
+
+            try:
+                found = read_about(self._state, prefix, name)
+            except (MultiserverError, OSError):
+                found = None
+            if found is not None:
+                leaves, self._sockets = found
+                return leaves
+            self._state = None  # the store says what is wrong, once
         return [
             leaf
             for leaf in self.leaves()
@@ -105,11 +111,10 @@ class Saved:
 
     def ref_sockets(self) -> list[str]:
         """The daemon sockets the saved sessions of this host refer to
-        (normalised), read from the ref columns alone where it can."""
-        if self._leaves is None:
-            index = self._index()
-            if index is not None:
-                return index[1]
+        (normalised): as ``about`` read them from the ref columns, else
+        from every saved session."""
+        if self._sockets is not None:
+            return self._sockets
         return list(
             dict.fromkeys(
                 os.path.normpath(leaf.ref.socket)
@@ -158,20 +163,6 @@ class Saved:
             found = None
         if found is None:
             self._state = None  # the store says what is wrong, once
-        return found
-
-    def _index(self) -> tuple[list[str], list[str]] | None:
-        """``read_index``'s answer; None as ``_light`` says None."""
-        if self._state is None or self._opened is not None:
-            return None
-        from restore import read_index
-
-        try:
-            found = read_index(self._state)
-        except (MultiserverError, OSError):
-            found = None
-        if found is None:
-            self._state = None
         return found
 
     def _from_store(self, read: Callable[[ArrangementStore], _T]) -> _T | None:

@@ -48,7 +48,7 @@ EXPORTS = {
     "restore.store._rules": ("SCROLLBACK_LIMIT", "bounded_scrollback"),
     "restore._kept": ("forget_kept", "kept_fields", "kept_scrollback", "with_kept_state"),
     "restore.store._schema": ("PendingClose",),
-    "restore.store._outline": ("add_saved", "read_index", "read_saved"),
+    "restore.store._outline": ("add_saved", "read_about", "read_saved"),
     # A saved session as read_saved gives it and add_saved takes it.
     "restore.store._light_model": ("LightRestorationRef", "LightSessionLeaf"),
     "restore.store._store": ("ArrangementStore",),

@@ -145,7 +145,7 @@ from restore.store._model import (
 )
 from restore.store._outline import (
     add_saved as add_saved,
-    read_index as read_index,
+    read_about as read_about,
     read_saved as read_saved,
 )
 from restore.store._rules import (

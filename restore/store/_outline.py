@@ -287,12 +287,14 @@ def read_saved(
         conn.close()
 
 
-def read_index(state: Path) -> tuple[list[str], list[str]] | None:
-    """What a command about one session needs of every saved one, without
-    reading any: the names of the other hosts' sessions (``HOST:NAME``), and
-    the daemon sockets this host's sessions refer to (normalised). ``([],
-    [])`` when no store is there yet; None when the whole store must be
-    opened to tell."""
+def read_about(state: Path, prefix: str, name: str) -> tuple[list[SessionLeaf], list[str]] | None:
+    """What a command about the one session ``name`` needs of the saved
+    ones, on one connection, reading no other session's row: the sessions
+    whose names begin with ``prefix`` and the other hosts' sessions called
+    ``name`` there (``HOST:NAME``), with their bytes fields; and the daemon
+    sockets this host's sessions refer to (normalised, from the ref columns
+    alone). ``([], [])`` when no store is there yet; None when the whole
+    store must be opened to tell."""
     if not os.path.lexists(os.path.join(state, FILE_NAME)):
         return [], []
     conn = _connect(state)
@@ -302,9 +304,11 @@ def read_index(state: Path) -> tuple[list[str], list[str]] | None:
         conn.execute("BEGIN")
         try:
             _check(conn)
-            return other_hosts_names(conn), ref_sockets(conn)
+            there = [n for n in other_hosts_names(conn) if n.partition(":")[2] == name]
+            sockets = ref_sockets(conn)
         finally:
             conn.execute("COMMIT")
+        return _read_some(conn, there, [], prefix), sockets
     except (_NotSure, sqlite3.Error):
         return None
     finally:

@@ -21,6 +21,7 @@ from restore import (
     SavedOutput,
     SessionLeaf,
     StoreCorrupt,
+    read_about,
     read_saved,
     ref_key,
 )
@@ -145,6 +146,44 @@ def test_the_light_read_of_some_sessions_gives_what_the_store_finds(
     light = read_saved(state, names=asked, refs=referred)
     assert light is not None
     assert [fields(leaf) for leaf in light] == [fields(leaf) for leaf in whole]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=_sessions(), data=st.data())
+def test_what_a_command_about_one_name_reads_is_what_the_store_holds_of_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    sessions: list[tuple[SessionLeaf, str]],
+    data: st.DataObject,
+) -> None:
+    """``read_about``: the sessions whose names begin with the prefix and
+    the other hosts' sessions of that bare name, as the store finds them,
+    and every socket this host's sessions refer to, normalised."""
+    state = tmp_path_factory.mktemp("state")
+    bare = [leaf.name.partition(":")[2] or leaf.name for leaf, _w in sessions] + ["nope"]
+    name = data.draw(st.sampled_from(bare))
+    prefix = data.draw(st.sampled_from(["", name, name[:1], name[:2]]))
+    store = ArrangementStore.open(state / "arrangement.sqlite3")
+    try:
+        for leaf, window in sessions:
+            store.add_session(leaf, window=window)
+        every = store.load().leaves()
+        wanted = [
+            leaf.name
+            for leaf in every
+            if leaf.name.startswith(prefix)
+            or (leaf.host is not None and leaf.name.partition(":")[2] == name)
+        ]
+        whole = {n: store.find(n) for n in wanted}
+    finally:
+        store.close()
+    got = read_about(state, prefix, name)
+    assert got is not None
+    leaves, sockets = got
+    assert sorted(leaf.name for leaf in leaves) == sorted(wanted)
+    assert all(fields(leaf) == fields(whole[leaf.name]) for leaf in leaves)
+    assert sorted(sockets) == sorted(
+        {ref_key(leaf.ref)[0] for leaf in every if leaf.host is None and leaf.ref is not None}
+    )
 
 
 def test_no_store_is_no_session_saved(tmp_path: Path) -> None:
