@@ -29,7 +29,8 @@ baseline, so load drifts alike:
 Baseline: ``python -c pass`` with the installed venv's interpreter (the
 floor of any Python command; the peers' rows are measured against their
 own run's). Target: each at most 3x; at 1,000 sessions at most 1.3x the
-same command at 1; the 200 in a loop at most a quarter of the issue's
+same command at 1 (``ls``, which lists every session, no more than tmux's
+``ls`` grows in the same run); the 200 in a loop at most a quarter of the issue's
 figure, 100 in 28 s with ``python -c pass`` at 20 ms (14x pass each), so
 3.5x pass each.
 """
@@ -91,11 +92,15 @@ class Command:
     name: str
     shape: str
     scales: bool = True
+    # It lists every session, so its work grows with them by nature (issue
+    # 35 asks only that it read once): at 1,000 it is held to the growth of
+    # the peer's same command in the same run, not to AT_MOST_GROWTH.
+    lists_all: bool = False
 
 
 COMMANDS = (
     Command("new -d", "multiserver new -d -n NAME -- sleep 1000"),
-    Command("ls", "multiserver ls"),
+    Command("ls", "multiserver ls", lists_all=True),
     Command("attach (to raw mode)", "multiserver attach -r none s1, until raw mode"),
     Command("peek", "multiserver peek s1"),
     Command("kill", "multiserver kill NAME"),
@@ -403,9 +408,15 @@ def _command_rows(
     if command.scales:
         at, at_base = many[0][what], many[1]
         grown = median(at) / median(samples)
+        bound, what_bound = AT_MOST_GROWTH, "x at 1 session"
+        theirs = peers.get("tmux", ({}, []))[0].get(what)
+        theirs_many = peers_many.get("tmux, 1,000 sessions", ({}, []))[0].get(what)
+        if command.lists_all and theirs and theirs_many:
+            bound = median(theirs_many) / median(theirs)
+            what_bound = f"x at 1 session (tmux's `{PEER_SHAPES['tmux'][what]}`: its own growth)"
         rows.append(
             Row.against(
-                Limit("<=", AT_MOST_GROWTH, grown, "x at 1 session"),
+                Limit("<=", bound, grown, what_bound),
                 figure=figure,
                 subject=MANY,
                 value=median(at),
@@ -453,7 +464,7 @@ def summary(rows: Sequence[Row]) -> str:
         return ""
     peer_names = [*PEER_SHAPES, "tmux, 1,000 sessions"]
     head = (
-        "| command | multiserver | x python -c pass (<= 3x) | with 1,000 sessions (<= 1.3x) | "
+        "| command | multiserver | x python -c pass (<= 3x) | with 1,000 sessions (<= 1.3x; ls: tmux's growth) | "
         + " | ".join(peer_names)
         + " | met |\n|---|---|---|---|"
         + "---|" * len(peer_names)
