@@ -37,17 +37,15 @@ from restore.store._rules import (
     bounded_scrollback,
     check_leaf_host,
     check_leaf_name,
-    child_key,
     exact,
     ref_columns,
-    to_column,
 )
 from restore.store._tree import (
     add_tab,
+    named_or_referred,
     names_beginning,
     other_hosts_names,
     ref_sockets,
-    referring,
     shape,
 )
 
@@ -154,25 +152,12 @@ def _read_some(
     """As ``ArrangementStore.sessions(names, refs)``, with the bytes fields
     as ``ArrangementStore.find`` gives them (and first the sessions whose
     names begin with ``prefix``)."""
-    found: dict[str, SessionLeaf] = {}
     conn.execute("BEGIN")
     try:
         _check(conn)
         if prefix is not None:
             names = [*names_beginning(conn, prefix), *names]
-        for name in names:
-            row = conn.execute(
-                "SELECT leaf FROM sessions WHERE name = ?", (to_column(name),)
-            ).fetchone()
-            if row is not None and name not in found:
-                found[name] = _leaf(name, row[0])
-        for key in refs:
-            want = child_key(*key)
-            for row_name, text in referring(conn, key):
-                leaf = _leaf(row_name, text)
-                ref = leaf.ref
-                if ref is not None and child_key(ref.socket, ref.instance_id, ref.child_id) == want:
-                    found.setdefault(leaf.name, leaf)
+        found = named_or_referred(conn, names, refs, _leaf)
         for leaf in found.values():
             rows = conn.execute(
                 "SELECT name, field, data FROM leaf_bytes WHERE name = ?", (leaf.name,)

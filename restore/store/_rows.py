@@ -24,11 +24,18 @@ from restore.store._model import (
     Window,
     _walk,
     _without,
-    ref_key,
 )
-from restore.store._rules import child_key, ref_columns, to_column
+from restore.store._rules import ref_columns, to_column
 from restore.store._schema import _drop_bytes, _dump, _put_bytes, _structure
-from restore.store._tree import add_tab, parse_root, referring, root_text, session_node, shape
+from restore.store._tree import (
+    INSERT_SESSION,
+    add_tab,
+    named_or_referred,
+    parse_root,
+    root_text,
+    session_node,
+    shape,
+)
 
 Key = tuple[str, str, int]  # a child, as ref_key gives it
 
@@ -117,8 +124,7 @@ def write_rows(conn: sqlite3.Connection, arr: Arrangement) -> None:
     none of them. Bytes fields are the caller's (``leaf_bytes``)."""
     tab_of = _write_windows(conn, arr.windows)
     conn.executemany(
-        "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        INSERT_SESSION,
         ((leaf.name, tab_of[leaf.name], _dump(leaf), *_ref_columns(leaf)) for leaf in arr.leaves()),
     )
 
@@ -230,36 +236,17 @@ def find_row(conn: sqlite3.Connection, name: str) -> SessionLeaf | None:
     return None if row is None else _leaf(name, row[0])
 
 
-def rows_by_ref(conn: sqlite3.Connection, key: Key) -> list[SessionLeaf]:
-    """The sessions whose ref names the child ``key`` (as ``ref_key``
-    gives it; the pid is not compared), by the index."""
-    want = child_key(*key)
-    found = (_leaf(name, text) for name, text in referring(conn, key))
-    return [leaf for leaf in found if leaf.ref is not None and ref_key(leaf.ref) == want]
-
-
 def rows_named_or_referred(
     conn: sqlite3.Connection, names: Iterable[str], refs: Iterable[Key]
 ) -> list[SessionLeaf]:
-    """The sessions of ``names`` (in that order), then those ``refs`` name,
-    each once; names and refs no session has are left out."""
-    out: dict[str, SessionLeaf] = {}
-    for name in names:
-        leaf = find_row(conn, name)
-        if leaf is not None:
-            out.setdefault(name, leaf)
-    for key in refs:
-        for leaf in rows_by_ref(conn, key):
-            out.setdefault(leaf.name, leaf)
-    return list(out.values())
+    """The sessions of ``names`` (in that order), then those ``refs`` name
+    (by the index; the pid is not compared), each once; names and refs no
+    session has are left out."""
+    return list(named_or_referred(conn, names, refs, _leaf).values())
 
 
 def _insert(conn: sqlite3.Connection, leaf: SessionLeaf, tab: int) -> None:
-    conn.execute(
-        "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (leaf.name, tab, _dump(leaf), *_ref_columns(leaf)),
-    )
+    conn.execute(INSERT_SESSION, (leaf.name, tab, _dump(leaf), *_ref_columns(leaf)))
 
 
 def add_row(conn: sqlite3.Connection, leaf: SessionLeaf, window: str) -> None:

@@ -85,7 +85,6 @@ from restore.store._rows import (
     find_row,
     modify_rows,
     read_rows,
-    rows_by_ref,
     rows_named_or_referred,
     update_row,
     write_rows,
@@ -393,7 +392,7 @@ class ArrangementStore:
         def op(c: sqlite3.Connection) -> list[str]:
             found: list[str] = []
             for key, out in by_child.items():
-                for leaf in rows_by_ref(c, key):
+                for leaf in rows_named_or_referred(c, (), [key]):
                     found.append(leaf.name)
                     if leaf.exit_code != out.exit_code:
                         update_row(c, attrs.evolve(leaf, exit_code=out.exit_code))

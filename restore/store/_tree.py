@@ -16,21 +16,29 @@ from __future__ import annotations
 import json
 import re
 
-from restore.store._rules import exact, from_column, ref_columns, to_column
+from restore.store._rules import child_key, exact, from_column, ref_columns, to_column
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, TypeVar
 
     _N = TypeVar("_N")
+    _L = TypeVar("_L")
 
 _as_float = exact(float)
 # The root of most tabs, one session, as ``root_text`` writes it: read
 # without the JSON parser (a name with no quote, backslash or control
 # character is the same text in JSON and out).
 _ONE_SESSION = re.compile(r'\{"kind":"session","name":"([^"\\\x00-\x1f]*)"\}')
+
+
+# A session's row: its name, tab, leaf (JSON) and ref columns.
+INSERT_SESSION = (
+    "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
 
 
 class _Misplaced(ValueError):
@@ -175,11 +183,7 @@ def add_tab(
         "INSERT INTO tabs (window, title, root) VALUES (?, '', ?)",
         (window_id, root_text(session_node(name))),
     ).lastrowid
-    conn.execute(
-        "INSERT INTO sessions (name, tab, leaf, ref_socket, ref_instance, ref_child)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (name, tab, leaf, *refs),
-    )
+    conn.execute(INSERT_SESSION, (name, tab, leaf, *refs))
     return True
 
 
@@ -194,6 +198,36 @@ def referring(conn: sqlite3.Connection, key: tuple[str, str, int]) -> list[tuple
         (instance, child, socket),
     )
     return rows.fetchall()
+
+
+def named_or_referred(
+    conn: sqlite3.Connection,
+    names: Iterable[str],
+    refs: Iterable[tuple[str, str, int]],
+    leaf: Callable[[object, object], _L],
+) -> dict[str, _L]:
+    """The sessions called one of ``names`` (in that order), then those
+    whose ref names one of the children ``refs`` (as ``ref_key`` gives
+    them; checked on each leaf's own ref, the columns only find them),
+    each once, by name; ``leaf`` reads a row (its name, its leaf's JSON)
+    as the store or its light read does."""
+    found: dict[str, _L] = {}
+    for name in names:
+        if name in found:
+            continue
+        row = conn.execute(
+            "SELECT leaf FROM sessions WHERE name = ?", (to_column(name),)
+        ).fetchone()
+        if row is not None:
+            found[name] = leaf(name, row[0])
+    for key in refs:
+        want = child_key(*key)
+        for row_name, text in referring(conn, key):
+            got: Any = leaf(row_name, text)  # a SessionLeaf, or its light twin
+            ref = got.ref
+            if ref is not None and child_key(ref.socket, ref.instance_id, ref.child_id) == want:
+                found.setdefault(got.name, got)
+    return found
 
 
 def names_beginning(conn: sqlite3.Connection, prefix: str) -> list[str]:
