@@ -73,41 +73,27 @@ class Saved:
         """The saved sessions whose names begin with ``prefix``, and the
         other hosts' sessions called ``name`` there (``HOST:NAME``): their
         rows only, where the light read vouches for the file (which also
-        gives ``ref_sockets``, on the same connection)."""
-        if self._leaves is None and self._state is not None and self._opened is None:
+        gives ``ref_sockets``, on the same connection). Else every saved
+        session: ``_narrow.narrowed`` cuts them to these."""
+        if self._leaves is None:
             from restore import read_about
 
-            try:
-                found = read_about(self._state, prefix, name)
-            except (MultiserverError, OSError):
-                found = None
+            found = self._lightly(lambda state: read_about(state, prefix, name))
             if found is not None:
                 leaves, self._sockets = found
                 return leaves
-            self._state = None  # the store says what is wrong, once
-        return [
-            leaf
-            for leaf in self.leaves()
-            if leaf.name.startswith(prefix)
-            or (leaf.host is not None and leaf.name.partition(":")[2] == name)
-        ]
+        return self.leaves()
 
     def referring(self, keys: Iterable[tuple[str, str, int]]) -> list[SessionLeaf]:
         """The saved sessions whose ref names one of these children (daemon
-        socket, normalised; instance; child id), found by the ref index."""
+        socket, normalised; instance; child id), found by the ref index.
+        Else every saved session, as ``about``."""
         wanted = list(dict.fromkeys(keys))
         if self._leaves is None:
             found = self._light(refs=wanted) if wanted else []
             if found is not None:
                 return found
-        keys_ = set(wanted)
-        return [
-            leaf
-            for leaf in self.leaves()
-            if leaf.ref is not None
-            and (os.path.normpath(leaf.ref.socket), leaf.ref.instance_id, leaf.ref.child_id)
-            in keys_
-        ]
+        return self.leaves()
 
     def ref_sockets(self) -> list[str]:
         """The daemon sockets the saved sessions of this host refer to
@@ -148,17 +134,21 @@ class Saved:
         names: list[str] | None = None,
         *,
         refs: list[tuple[str, str, int]] | None = None,
-        prefix: str | None = None,
     ) -> list[SessionLeaf] | None:
-        """``read_saved``'s answer (all, or those ``names``, ``refs`` and
-        ``prefix`` select); None once it could not vouch, or once the store
-        is open (it is the one to ask then)."""
-        if self._state is None or self._opened is not None:
-            return None
+        """``read_saved``'s answer (all, or those ``names`` and ``refs``
+        select), as ``_lightly`` gives it."""
         from restore import read_saved
 
+        return self._lightly(lambda state: read_saved(state, names=names, refs=refs))
+
+    def _lightly(self, read: Callable[[Path], _T | None]) -> _T | None:
+        """``read`` of the state dir (a light read of the store); None once
+        one could not vouch, or once the store is open (it is the one to
+        ask then)."""
+        if self._state is None or self._opened is not None:
+            return None
         try:
-            found = read_saved(self._state, names=names, refs=refs, prefix=prefix)
+            found = read(self._state)
         except (MultiserverError, OSError):
             found = None
         if found is None:

@@ -147,7 +147,7 @@ def _read_all(conn: sqlite3.Connection) -> list[SessionLeaf]:
 
 
 def _read_some(
-    conn: sqlite3.Connection, names: Iterable[str], refs: Iterable[Key], prefix: str | None
+    conn: sqlite3.Connection, names: Iterable[str], refs: Iterable[Key], prefix: str | None = None
 ) -> list[SessionLeaf]:
     """As ``ArrangementStore.sessions(names, refs)``, with the bytes fields
     as ``ArrangementStore.find`` gives them (and first the sessions whose
@@ -247,7 +247,6 @@ def read_saved(
     *,
     names: Iterable[str] | None = None,
     refs: Iterable[Key] | None = None,
-    prefix: str | None = None,
 ) -> list[SessionLeaf] | None:
     """The saved sessions in the state dir ``state`` (``[]`` when no store
     is there yet), in the arrangement's order; None when the whole store
@@ -255,17 +254,16 @@ def read_saved(
     called one of ``names`` (in that order), then those whose ref names
     one of the children ``refs`` (each as ``ref_key`` gives it), each once,
     reading their rows only: ``ArrangementStore.sessions``, with the bytes
-    fields ``ArrangementStore.find`` gives. ``prefix``: the sessions whose
-    names begin with it come first among ``names``."""
+    fields ``ArrangementStore.find`` gives."""
     if not os.path.lexists(os.path.join(state, FILE_NAME)):
         return []
     conn = _connect(state)
     if conn is None:
         return None  # empty, cut short, not SQLite, not ours to open: the store says
     try:
-        if names is None and refs is None and prefix is None:
+        if names is None and refs is None:
             return _read_all(conn)
-        return _read_some(conn, list(names or ()), list(refs or ()), prefix)
+        return _read_some(conn, list(names or ()), list(refs or ()))
     except (_NotSure, sqlite3.Error):
         return None
     finally:
