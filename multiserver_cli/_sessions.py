@@ -306,14 +306,18 @@ def _where_saved(name: str, number: int | None, saved: Saved) -> Located | None:
     return Located(Path(ref.socket), ref.instance_id, replaced(child, name=name))
 
 
-def lookup(name: str, number: int | None, command: str, saved: Saved) -> Resolution | Located:
+def lookup(
+    name: str, number: int | None, command: str, saved: Saved, *, own_daemon: bool = True
+) -> Resolution | Located:
     """What ``name`` names for ``command``: the saved session's live child,
     asked of its daemon alone; else ``_names.resolve`` over every daemon.
     With ``number`` (``--daemon N``) only that daemon's children are
     candidates; every daemon is asked either way, as a saved session whose
-    child lives on another daemon is not one "saved, not running"."""
+    child lives on another daemon is not one "saved, not running".
+    ``own_daemon`` False: the caller asked that daemon already
+    (``saved_daemon``), and it is not asked (nor waited for) again."""
     check_name(name)
-    found = _where_saved(name, number, saved)
+    found = _where_saved(name, number, saved) if own_daemon else None
     if found is not None:
         return found
     return resolve(survey_about(saved, name), name, command=command, scope=scope_of(number))

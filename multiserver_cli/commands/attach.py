@@ -95,7 +95,7 @@ def _run(args: Namespace) -> int:
                 (result,) = _claim(client, ref.child_id, name)
                 if result.error is None:
                     return _claimed(args, client, name, result, saved)
-        resolution = lookup(name, number, "attach", saved)
+        resolution = lookup(name, number, "attach", saved, own_daemon=False)
         ended = saved_end(resolution)
         if ended is not None:
             return _show_saved_end(saved.store(), ended)

@@ -33,7 +33,7 @@ from tests.cli.conftest import (
     wait_session,
     write_fifo,
 )
-from tests.conftest import MsDirs, is_dead, wait_until
+from tests.conftest import MsDirs, daemon_pids_for, is_dead, wait_until
 
 DETACH = "\x1c"  # Ctrl-\
 CTRL_A = "\x01"
@@ -518,3 +518,32 @@ async def test_attach_to_a_saved_session_dials_its_daemon_once(
     socket = str(ms_dirs.paths.socket)
     dials = [line for line in trace.read_text().splitlines() if socket in line]
     assert len(dials) == 1, dials
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace is not installed (make test installs it)")
+async def test_attach_to_a_wedged_daemon_asks_it_once_before_the_survey(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """A daemon that does not answer (stopped): attach tries it once on its
+    own, then the survey asks every daemon and says which did not answer.
+    It used to try it twice before the survey (attach's own dial, then the
+    lookup's), waiting out the bound each time."""
+    await ms(ms_dirs, "new", "-d", "-n", "stuck", "--", "sleep", "100")
+    [daemon] = daemon_pids_for(ms_dirs.paths.socket)
+    trace = ms_dirs.root / "connects.txt"
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        t = open_terminal(
+            [STRACE or "strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace),
+             MULTISERVER, "attach", "stuck"]
+        )  # fmt: skip
+        await t.wait_screen("did not answer")
+        with trio.fail_after(10):
+            while t.proc.poll() is None:
+                await trio.sleep(0.01)
+        assert t.proc.returncode == 1
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    socket = str(ms_dirs.paths.socket)
+    dials = [line for line in trace.read_text().splitlines() if socket in line]
+    assert len(dials) == 2, dials
