@@ -251,6 +251,7 @@ class _Listing(Call[list[ChildInfo]]):
         self.foreground = foreground
         self.prefixes = None if prefixes is None else list(prefixes)
         self.ids = None if ids is None else sorted(set(ids))
+        self._id_set = None if ids is None else frozenset(ids)
         self.daemon_selects = daemon_selects
         self.children: list[ChildInfo] = []
 
@@ -265,10 +266,11 @@ class _Listing(Call[list[ChildInfo]]):
         close_fds(event.fds)
         msg = event.message
         assert is_a(msg, Children), msg
-        ids = None if self.ids is None else frozenset(self.ids)
         # Selected again whoever selected first: a daemon's answer is not
         # trusted to hold only what was asked.
-        self.children += [c for c in msg.children if selected(c.name, c.id, self.prefixes, ids)]
+        self.children += [
+            c for c in msg.children if selected(c.name, c.id, self.prefixes, self._id_set)
+        ]
         return self.children if msg.last else MORE
 
 
