@@ -73,12 +73,11 @@ types: $(STAMP)
 check: lint types test
 
 # What is generated from one definition: the stubs type checkers read for the
-# lazy package faces (from their tables), and the light message classes of
-# the blocking client and of the store's light read (from the attrs ones), by
-# tools/, which is not installed. Tests fail when any is stale.
+# lazy package faces (from their tables), and the light classes of the
+# store's light read (from its attrs ones), by tools/, which is not
+# installed. Tests fail when any is stale.
 faces: $(STAMP)
 	$(BIN)/python -c 'from multiserver._lazy import write_stubs; write_stubs(["multiserver", "restore"])'
-	$(BIN)/python -m tools.lightgen
 	$(BIN)/python -m tools.store_lightgen
 
 

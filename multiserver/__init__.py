@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 EXPORTS = {
     "multiserver.terminal._buffer": ("OutputBuffer", "safe_start"),
     "multiserver.client._client": ("Client", "dial", "handshake", "open_client"),
-    "multiserver.protocol._frames": ("close_fds", "is_a", "replaced"),
+    "multiserver.protocol._frames": ("close_fds",),
     "multiserver.settings._config": ("DaemonConfig", "config_from_env"),
     "multiserver.daemon._daemon_main": ("run_foreground",),
     "multiserver.settings._env": ("DEFAULT_STRIP_ENV", "launch_env", "strip_env"),
@@ -55,10 +55,8 @@ EXPORTS = {
         "VersionRefused",
     ),
     "multiserver._lazy": ("lazy_exports",),
-    "multiserver.protocol._light": ("twin_structurers",),
-    # The notices a SyncClient gives, as it holds them (is_a tells either kind).
-    "multiserver.protocol._light_messages": ("LightChildExited", "LightChildTaken"),
-    "multiserver.protocol._messages": ("ChildExited", "ChildInfo", "ChildTaken"),
+    "multiserver.protocol._codec": ("twin_structurers",),
+    "multiserver.protocol._messages": ("ChildExited", "ChildInfo", "ChildTaken", "Welcome"),
     "multiserver.daemon._origin": ("DaemonOrigin", "read_origin"),
     "multiserver.system._osstr": ("escaped", "printable"),
     "multiserver.system._paths": (
@@ -85,7 +83,7 @@ EXPORTS = {
         "default_daemon_number",
         "from_environment",
     ),
-    "multiserver.protocol._record": ("Twin", "mutable_record", "record"),
+    "multiserver.protocol._record": ("Twin", "mutable_record", "record", "replaced"),
     "multiserver.terminal._screen": ("ScreenModes", "screen_reset"),
     "multiserver.protocol._proto": (
         "MIN_PROTOCOL_VERSION",

@@ -56,22 +56,17 @@ from multiserver.daemon._origin import (
     DaemonOrigin as DaemonOrigin,
     read_origin as read_origin,
 )
-from multiserver.protocol._frames import (
-    close_fds as close_fds,
-    is_a as is_a,
-    replaced as replaced,
-)
-from multiserver.protocol._light import (
+from multiserver.protocol._codec import (
     twin_structurers as twin_structurers,
 )
-from multiserver.protocol._light_messages import (
-    LightChildExited as LightChildExited,
-    LightChildTaken as LightChildTaken,
+from multiserver.protocol._frames import (
+    close_fds as close_fds,
 )
 from multiserver.protocol._messages import (
     ChildExited as ChildExited,
     ChildInfo as ChildInfo,
     ChildTaken as ChildTaken,
+    Welcome as Welcome,
 )
 from multiserver.protocol._proto import (
     MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
@@ -86,6 +81,7 @@ from multiserver.protocol._record import (
     Twin as Twin,
     mutable_record as mutable_record,
     record as record,
+    replaced as replaced,
 )
 from multiserver.settings._config import (
     DaemonConfig as DaemonConfig,

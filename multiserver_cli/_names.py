@@ -386,11 +386,11 @@ class Create:
 
 
 @record
-class Refused:
+class Refusal:
     message: str  # one line, exit status 1
 
 
-NewPlan = Found | Create | Refused
+NewPlan = Found | Create | Refusal
 
 
 def plan_new(
@@ -412,25 +412,25 @@ def plan_new(
         if isinstance(found, Found):
             return found
         if isinstance(found, Ambiguous):
-            return Refused(found.message)
+            return Refusal(found.message)
         if isinstance(found, SavedOnly):
             leaf = found.session.leaf
             assert leaf is not None
             if found.session.unanswered:
                 # Its program may well run there: a second one is not started.
-                return Refused(
+                return Refusal(
                     f"session {name!r} is {found.session.state}; {advice(found.session)}"
                 )
             return Create(name, explicit=True, saved=leaf)
         problem = name_problem(name, new=True)
         if problem is not None:
-            return Refused(problem)
+            return Refusal(problem)
         if isinstance(found, Unanswered):
             # It may run on the daemon that did not answer: not a second one.
-            return Refused(found.message)
+            return Refusal(found.message)
     conflict = new_name_conflict(survey, name)
     if conflict is not None:
-        return Refused(conflict)
+        return Refusal(conflict)
     return Create(name, explicit=True)
 
 

@@ -1,8 +1,8 @@
 """A command that meets a daemon running older code than itself says so
 once (per daemon and version), with the command that upgrades it in place.
 
-Hooked into every handshake of the blocking client
-(``multiserver.client._hooks``) by ``main``; ``upgrade`` and ``daemon`` say versions
+Called on every handshake of the blocking client (``dial_blocking``'s
+``on_welcome``, through ``_dial``); ``upgrade`` and ``daemon`` say versions
 themselves and are left out. What is met is said when the command is done
 (``say_pending``, from ``main``): an ``attach`` meets its daemon before the
 replay, which would paint over a line said then (issue 36). It counts as
@@ -15,16 +15,8 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Protocol
 
-    class Welcome(Protocol):
-        """What of a daemon's Welcome this reads."""
-
-        @property
-        def server(self) -> str: ...
-
-        @property
-        def instance_id(self) -> str: ...
+    from multiserver import Welcome
 
 
 # What was said already: one line per daemon instance and version.

@@ -26,11 +26,10 @@ import time
 from pathlib import Path
 
 from multiserver import (
-    LightChildExited as ChildExited,
+    ChildExited,
     MultiserverError,
     RequestFailed,
     TimedOut,
-    is_a,
 )
 from multiserver_cli._dial import dial
 
@@ -213,7 +212,7 @@ def end_child(
             notice = client.wait_notice(until)
             if notice is None:
                 return None
-            if is_a(notice, ChildExited) and notice.id == child_id:
+            if isinstance(notice, ChildExited) and notice.id == child_id:
                 return notice.exit_code
 
     with contextlib.suppress(RequestFailed):

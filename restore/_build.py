@@ -48,8 +48,8 @@ from restore._relaunch import (
     Attempt,
     Closed,
     CutOff,
-    Launched,
     NotDone,
+    Relaunched,
     Relauncher,
 )
 from restore.store._errors import StoreError
@@ -404,10 +404,10 @@ async def _record(
         outcome, at = attempts[r.session.leaf.name]
         old_ref = r.session.leaf.ref
         _apply(r, outcome, relauncher)
-        if isinstance(outcome, Launched) and outcome.found is None:
+        if isinstance(outcome, Relaunched) and outcome.found is None:
             consumed[r.session.leaf.name] = old_ref
         r.session.elapsed = r.pending.waited + (at - r.t0)
-        if isinstance(outcome, Launched):
+        if isinstance(outcome, Relaunched):
             launched.append(r.session)
             if outcome.found is not None and outcome.found.state == "exited":
                 found.append((r.session, outcome.client, outcome.found))
@@ -427,7 +427,7 @@ async def _record(
 
 
 def _apply(
-    r: _Relaunch, outcome: Launched | NotDone | Closed | MultiserverError, relauncher: Relauncher
+    r: _Relaunch, outcome: Relaunched | NotDone | Closed | MultiserverError, relauncher: Relauncher
 ) -> None:
     """What one relaunch attempt makes of its session."""
     session, d = r.session, r.pending.decision

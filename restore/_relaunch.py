@@ -66,7 +66,7 @@ class Closed(Exception):
 
 
 @attrs.frozen
-class Launched:
+class Relaunched:
     leaf: SessionLeaf  # with its new ref, its intent cleared
     client: Client
     master: int | None
@@ -74,7 +74,7 @@ class Launched:
 
 
 # What became of one relaunch, and when (trio's clock) that was known.
-Attempt = tuple[Launched | NotDone | Closed | MultiserverError, float]
+Attempt = tuple[Relaunched | NotDone | Closed | MultiserverError, float]
 
 
 class Relauncher:
@@ -147,7 +147,7 @@ class Relauncher:
         """Relaunch every leaf: the daemon started if need be, every intent
         written, then the launches, asked for in order, ``IN_FLIGHT`` at a
         time, each waiting until the deadline. What became of each goes into ``into`` (by
-        name) as soon as it is known: ``Launched``, or why not (``NotDone``,
+        name) as soon as it is known: ``Relaunched``, or why not (``NotDone``,
         ``CutOff``, ``Closed``, ``MultiserverError``).
 
         Cancellation: ``into`` holds what was known; the launches in flight
@@ -169,7 +169,7 @@ class Relauncher:
                 # launches are asked for in the order they are started.
                 task_status.started()
                 try:
-                    result: Launched | NotDone | MultiserverError = await self._launch(
+                    result: Relaunched | NotDone | MultiserverError = await self._launch(
                         client, leaf, hold, taken
                     )
                 except (NotDone, MultiserverError) as exc:
@@ -220,7 +220,7 @@ class Relauncher:
         leaf: SessionLeaf,
         hold: bool,
         taken: Collection[tuple[str, str, int]],
-    ) -> Launched:
+    ) -> Relaunched:
         self._check_time()  # a busy store, or the launches before it, may have taken it all
         cwd = leaf.cwd if os.path.isdir(leaf.cwd) else os.path.expanduser("~")
         try:
@@ -250,7 +250,7 @@ class Relauncher:
         child = launched.child
         ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
         new = attrs.evolve(leaf, ref=ref, cwd=cwd, pending_launch=None)
-        return Launched(new, client, launched.master)
+        return Relaunched(new, client, launched.master)
 
     async def _found(
         self,
@@ -259,7 +259,7 @@ class Relauncher:
         hold: bool,
         taken: Collection[tuple[str, str, int]],
         refused: str,
-    ) -> Launched:
+    ) -> Relaunched:
         """The daemon has a child of the session's name: if no session refers
         to it, it is this session's own, relaunched by an earlier restore that
         could not record it (crash, store). Else the refusal stands."""
@@ -282,10 +282,10 @@ class Relauncher:
 
     def _taken_back(
         self, client: Client, leaf: SessionLeaf, child: ChildInfo, master: int | None
-    ) -> Launched:
+    ) -> Relaunched:
         self._used = True
         ref = RestorationRef(str(client.socket_path), client.instance_id, child.id, child.pid)
-        return Launched(attrs.evolve(leaf, ref=ref, pending_launch=None), client, master, child)
+        return Relaunched(attrs.evolve(leaf, ref=ref, pending_launch=None), client, master, child)
 
     @property
     def client(self) -> Client | None:

@@ -330,6 +330,47 @@ def test_a_room_is_a_docstring_and_nothing_else() -> None:
     assert rooms_that_hold_code() == []
 
 
+def class_definitions(names: set[str], modules: dict[str, Module]) -> dict[str, list[str]]:
+    """For each of ``names``, the modules that define a class of that name
+    (at any depth: a class under ``if TYPE_CHECKING`` counts)."""
+    found: dict[str, list[str]] = {name: [] for name in names}
+    for name, module in sorted(modules.items()):
+        for node in ast.walk(module.tree()):
+            if isinstance(node, ast.ClassDef) and node.name in found:
+                found[node.name].append(name)
+    return found
+
+
+def names_used(name: str, modules: dict[str, Module]) -> list[str]:
+    """The modules that define or use ``name``."""
+    return sorted(
+        m
+        for m, module in modules.items()
+        if any(
+            (isinstance(node, ast.Name) and node.id == name)
+            or (isinstance(node, ast.Attribute) and node.attr == name)
+            or (isinstance(node, ast.FunctionDef) and node.name == name)
+            or (isinstance(node, ast.alias) and name in (node.name, node.asname))
+            for node in ast.walk(module.tree())
+        )
+    )
+
+
+def test_each_message_is_defined_once() -> None:
+    """One class per message and per record on the wire: no generated twin
+    beside it (a type checker and the run time see the same class)."""
+    from multiserver.protocol._codec import FIELDS
+
+    found = class_definitions(set(FIELDS), shipped_modules())
+    assert {n: m for n, m in found.items() if m != ["multiserver.protocol._messages"]} == {}
+
+
+def test_no_code_tells_a_message_by_its_type_code() -> None:
+    """``isinstance`` tells a message's class (there is one class of each):
+    no ``is_a`` comparing type codes across families."""
+    assert names_used("is_a", shipped_modules()) == []
+
+
 def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
     """Each check fails on a case made for it."""
     graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b": {"a.x"}}
@@ -356,6 +397,16 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
         "multiserver.system._e": {"multiserver._errors", "multiserver.system._f", "multiserver"},
         "multiserver._top": {"restore"},
     }
+    twin = tmp_path / "twin.py"
+    twin.write_text("if X:\n    class Hello:\n        pass\nelse:\n    is_a(1, 2)\n")
+    modules["restore._twin"] = Module("restore._twin", twin, False)
+    del modules["multiserver"], modules["multiserver.system._paths"]
+    here.path.write_text("class Hello:\n    pass\n")
+    assert class_definitions({"Hello", "Welcome"}, modules) == {
+        "Hello": ["restore._twin", "restore._x"],
+        "Welcome": [],
+    }
+    assert names_used("is_a", modules) == ["restore._twin"]
     assert room_breaches(rooms, {"multiserver.client._b": {"tools.lightgen"}}) == [
         "multiserver._top -> restore",
         "multiserver.client._b -> tools.lightgen",

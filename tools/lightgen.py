@@ -1,20 +1,13 @@
-"""Writes ``multiserver/protocol/_light_messages.py`` from the attrs message
-classes, as protobuf's ``_pb2`` modules are written from their ``.proto``
-(``tools/store_lightgen.py`` writes the store's twins with the same code).
+"""Writes plain twins of attrs classes and their field table, as protobuf's
+``_pb2`` modules are written from their ``.proto``: the store's light read
+(``tools/store_lightgen.py`` writes ``restore/store/_light_model.py``) holds
+a saved session without importing attrs or cattrs. The protocol's messages
+need none: they are plain records, defined once (``multiserver/protocol/
+_messages.py``), and their codec reads their annotations.
 
-The attrs classes of ``_messages`` are the protocol's one definition. The
-blocking client must start without importing attrs or cattrs (each command
-a person types pays for every import), so it holds messages as plain
-classes with the same names, fields, defaults and type codes, generated
-here, and reads and writes their bodies with ``_light``, a codec driven by
-the field table generated beside them. ``make faces`` runs this;
-``tests/multiserver/protocol/test_light.py`` fails when the module is stale, and runs
-every message through both codecs.
-
-Each field's kind, as the table spells it: ``int float str bool bytes os``
-(an ``OsStr``), ``lit:A|B`` (a Literal), a class name (a nested record),
-``[K]`` (a list of K), ``env`` (a ``dict[OsStr, OsStr]``), and ``?K`` (K or
-None).
+Each field's kind, as the table spells it (``_codec.kind_of`` reads the
+same kinds): ``int float str bool bytes``, ``lit:A|B`` (a Literal), a class
+name (a nested record), ``[K]`` (a list of K), and ``?K`` (K or None).
 """
 
 from __future__ import annotations
@@ -27,25 +20,9 @@ from typing import Any, Literal
 
 import attrs
 
-from multiserver.protocol import _messages
-from multiserver.protocol._messages import (
-    MAX_FDS,
-    MESSAGE_TYPES,
-    ChildInfo,
-    ClaimedChild,
-    is_os_str,
-)
-from multiserver.protocol._proto import OMIT_IF_DEFAULT
-
-TARGET = Path(__file__).resolve().parent.parent / "multiserver" / "protocol" / "_light_messages.py"
-# Records that travel inside messages, before the messages that hold them.
-RECORDS: tuple[type, ...] = (ChildInfo, ClaimedChild)
-
 
 def kind_of(tp: Any) -> str:
     """A field's type, as the table spells it."""
-    if is_os_str(tp):
-        return "os"
     if tp in (int, float, str, bool, bytes):
         return str(tp.__name__)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -58,8 +35,6 @@ def kind_of(tp: Any) -> str:
         return "?" + kind_of(rest[0])
     if origin is list:
         return f"[{kind_of(args[0])}]"
-    if origin is dict and is_os_str(args[0]) and is_os_str(args[1]):
-        return "env"
     if attrs.has(tp):
         return str(tp.__name__)
     raise TypeError(f"no light form for {tp!r}")
@@ -174,47 +149,9 @@ def twin_module_text(
     return "\n".join(out) + "\n"
 
 
-def module_text() -> str:
-    """The whole of ``_light_messages.py``."""
-    client = sorted(c.TYPE for c in _messages.CLIENT_MESSAGES)
-    return twin_module_text(
-        [*RECORDS, *MESSAGE_TYPES.values()],
-        source="multiserver/protocol/_messages.py",
-        generator="tools/lightgen.py",
-        test="``tests/multiserver/protocol/test_light.py``",
-        about=(
-            "The protocol's messages as plain classes, for the blocking client, which\n"
-            "imports neither attrs nor cattrs (``_light`` reads and writes them). Each\n"
-            "has the name, fields, defaults and type code of its attrs class; to a type\n"
-            "checker it is that class."
-        ),
-        omitted=OMIT_IF_DEFAULT,
-        public=["ChildExited", "ChildTaken"],
-        extra=[
-            "# type code -> class name; the codes a client sends; fds a message may carry",
-            "TYPES: dict[int, str] = {"
-            + ", ".join(f"{code}: {cls.__name__!r}" for code, cls in MESSAGE_TYPES.items())
-            + "}",
-            f"CLIENT: frozenset[int] = frozenset({{{', '.join(map(str, client))}}})",
-            "MAX_FDS: dict[int, int] = {"
-            + ", ".join(f"{cls.TYPE}: {n}" for cls, n in MAX_FDS.items())
-            + "}",
-        ],
-    )
-
-
 def write_module(target: Path, text: str) -> bool:
     """Write ``text`` to ``target`` if it differs; whether it did."""
     if target.exists() and target.read_text() == text:
         return False
     target.write_text(text)
     return True
-
-
-def write() -> bool:
-    """Write ``_light_messages.py`` if it differs; whether it did."""
-    return write_module(TARGET, module_text())
-
-
-if __name__ == "__main__":
-    print(f"{TARGET}: {'written' if write() else 'up to date'}")

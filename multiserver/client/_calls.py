@@ -15,8 +15,8 @@ import os
 
 from multiserver._errors import ChildFailed
 from multiserver.client._results import ClaimResult, LaunchResult, PeekResult, claim_results
-from multiserver.protocol._frames import Event, Family, close_fds, is_a
-from multiserver.protocol._light_messages import (
+from multiserver.protocol._frames import Event, close_fds
+from multiserver.protocol._messages import (
     ChildError,
     ChildInfo,
     Children,
@@ -72,10 +72,10 @@ MORE = More()
 
 
 class Call(_Result[T]):
-    """One request: ``message(req, family)`` (the request, as a message
-    of ``family``), then ``feed`` each reply frame."""
+    """One request: ``message(req)`` (the request), then ``feed`` each
+    reply frame."""
 
-    def message(self, req: int, f: Family) -> Message:
+    def message(self, req: int) -> Message:
         raise NotImplementedError
 
     def feed(self, event: Event) -> T | More:
@@ -90,7 +90,7 @@ class _OneReply(Call[T]):
 
     def __init__(
         self,
-        make: Callable[[Family, int], Message],
+        make: Callable[[int], Message],
         reply: type[Message],
         result: Callable[[Message], T],
     ) -> None:
@@ -98,12 +98,12 @@ class _OneReply(Call[T]):
         self.reply = reply
         self.result = result
 
-    def message(self, req: int, f: Family) -> Message:
-        return self.make(f, req)
+    def message(self, req: int) -> Message:
+        return self.make(req)
 
     def feed(self, event: Event) -> T | More:
         close_fds(event.fds)
-        assert is_a(event.message, self.reply), event.message
+        assert isinstance(event.message, self.reply), event.message
         return self.result(event.message)
 
 
@@ -112,12 +112,12 @@ def _nothing(msg: Message) -> None:
 
 
 def _collected(msg: Message) -> ChildInfo:
-    assert is_a(msg, Collected)
+    assert isinstance(msg, Collected)
     return msg.child
 
 
 def _peeked(msg: Message) -> PeekResult:
-    assert is_a(msg, Peeked)
+    assert isinstance(msg, Peeked)
     return PeekResult(msg.child, msg.output, msg.dropped)
 
 
@@ -136,7 +136,7 @@ def launch(
     env = dict(os.environ) if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
     return _Launch(
-        lambda f, req: f.cls(Launch)(
+        lambda req: Launch(
             req=req,
             argv=list(argv),
             env=env,
@@ -151,14 +151,14 @@ def launch(
 
 
 class _Launch(Call[LaunchResult]):
-    def __init__(self, make: Callable[[Family, int], Message]) -> None:
+    def __init__(self, make: Callable[[int], Message]) -> None:
         self.make = make
 
-    def message(self, req: int, f: Family) -> Message:
-        return self.make(f, req)
+    def message(self, req: int) -> Message:
+        return self.make(req)
 
     def feed(self, event: Event) -> LaunchResult:
-        assert is_a(event.message, Launched), event.message
+        assert isinstance(event.message, Launched), event.message
         return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
 
 
@@ -176,12 +176,12 @@ class _Claim(Call[list[ClaimResult]]):
         self.keep_output = keep_output
         self.results: list[ClaimResult] = []
 
-    def message(self, req: int, f: Family) -> Message:
-        return f.cls(Claim)(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
+    def message(self, req: int) -> Message:
+        return Claim(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
 
     def feed(self, event: Event) -> list[ClaimResult] | More:
         msg = event.message
-        assert is_a(msg, Claimed), msg
+        assert isinstance(msg, Claimed), msg
         self.results += claim_results(msg, event.fds)
         return self.results if msg.last else MORE
 
@@ -205,8 +205,8 @@ class _Release(Call[tuple[list[int], list[ChildFailed]]]):
         self.replace_output = replace_output
         self.failures: list[ChildFailed] = []
 
-    def message(self, req: int, f: Family) -> Message:
-        return f.cls(Release)(
+    def message(self, req: int) -> Message:
+        return Release(
             req=req,
             ids=self.ids,
             replace_output=self.replace_output is not None,
@@ -216,10 +216,10 @@ class _Release(Call[tuple[list[int], list[ChildFailed]]]):
     def feed(self, event: Event) -> tuple[list[int], list[ChildFailed]] | More:
         close_fds(event.fds)
         msg = event.message
-        if is_a(msg, ChildError):
+        if isinstance(msg, ChildError):
             self.failures.append(ChildFailed(msg.id, msg.errno, msg.message))
             return MORE
-        assert is_a(msg, Released), msg
+        assert isinstance(msg, Released), msg
         return list(msg.ids), self.failures
 
 
@@ -255,17 +255,17 @@ class _Listing(Call[list[ChildInfo]]):
         self.daemon_selects = daemon_selects
         self.children: list[ChildInfo] = []
 
-    def message(self, req: int, f: Family) -> Message:
+    def message(self, req: int) -> Message:
         if not self.daemon_selects:
-            return f.cls(ListChildren)(req=req, foreground=self.foreground)
-        return f.cls(ListChildren)(
+            return ListChildren(req=req, foreground=self.foreground)
+        return ListChildren(
             req=req, foreground=self.foreground, prefixes=self.prefixes, ids=self.ids
         )
 
     def feed(self, event: Event) -> list[ChildInfo] | More:
         close_fds(event.fds)
         msg = event.message
-        assert is_a(msg, Children), msg
+        assert isinstance(msg, Children), msg
         # Selected again whoever selected first: a daemon's answer is not
         # trusted to hold only what was asked.
         self.children += [
@@ -275,36 +275,30 @@ class _Listing(Call[list[ChildInfo]]):
 
 
 def signal(child_id: int, signum: int) -> Call[None]:
-    return _OneReply(
-        lambda f, req: f.cls(Signal)(req=req, id=child_id, signum=signum), Ok, _nothing
-    )
+    return _OneReply(lambda req: Signal(req=req, id=child_id, signum=signum), Ok, _nothing)
 
 
 def collect(child_id: int) -> Call[ChildInfo]:
-    return _OneReply(lambda f, req: f.cls(Collect)(req=req, id=child_id), Collected, _collected)
+    return _OneReply(lambda req: Collect(req=req, id=child_id), Collected, _collected)
 
 
 def peek(child_id: int, max_bytes: int | None) -> Call[PeekResult]:
-    return _OneReply(
-        lambda f, req: f.cls(Peek)(req=req, id=child_id, max_bytes=max_bytes), Peeked, _peeked
-    )
+    return _OneReply(lambda req: Peek(req=req, id=child_id, max_bytes=max_bytes), Peeked, _peeked)
 
 
 def resize(child_id: int, rows: int, cols: int) -> Call[None]:
-    return _OneReply(
-        lambda f, req: f.cls(Resize)(req=req, id=child_id, rows=rows, cols=cols), Ok, _nothing
-    )
+    return _OneReply(lambda req: Resize(req=req, id=child_id, rows=rows, cols=cols), Ok, _nothing)
 
 
 def shutdown(force: bool) -> Call[None]:
-    return _OneReply(lambda f, req: f.cls(Shutdown)(req=req, force=force), Ok, _nothing)
+    return _OneReply(lambda req: Shutdown(req=req, force=force), Ok, _nothing)
 
 
 def upgrade() -> Call[Upgraded]:
     """Answered by the new code (``Upgraded``), or an ``Error`` by the old."""
-    return _OneReply(lambda f, req: f.cls(Upgrade)(req=req), Upgraded, _upgraded)
+    return _OneReply(lambda req: Upgrade(req=req), Upgraded, _upgraded)
 
 
 def _upgraded(msg: Message) -> Upgraded:
-    assert is_a(msg, Upgraded), msg
+    assert isinstance(msg, Upgraded), msg
     return msg

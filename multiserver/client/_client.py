@@ -43,7 +43,7 @@ from multiserver.client._results import (
     hello,
 )
 from multiserver.client._start import connect, connect_or_start
-from multiserver.protocol._codec import FULL, Codec, Event, Unrepresentable, close_fds
+from multiserver.protocol._codec import Codec, Event, Unrepresentable, close_fds
 from multiserver.protocol._messages import (
     ChildExited,
     ChildInfo,
@@ -183,7 +183,7 @@ class Client:
         result. Cancellation: what the call collected (fds) is closed."""
         with self._request() as (req, waiter):
             try:
-                await self._send(call.message(req, FULL))
+                await self._send(call.message(req))
                 while True:
                     out = call.feed(await self._next(waiter))
                     if not isinstance(out, More):
@@ -372,7 +372,7 @@ async def handshake(framed: FramedSocket, *, children: bool = True) -> Welcome:
     Cancellation: the connection is in an unknown state; close it.
     """
     try:
-        await framed.send(hello(FULL, children))
+        await framed.send(hello(children))
     except ConnectionClosed:
         # A daemon that refuses us before reading (another uid) has sent its
         # Error and closed: our send breaks, but its answer is there to read.

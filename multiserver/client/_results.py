@@ -5,10 +5,9 @@ the caller's to close."""
 from __future__ import annotations
 
 from multiserver._errors import ChildFailed, PeerProtocolError, RequestFailed, VersionRefused
-from multiserver.protocol._frames import Family, is_a, replaced
-from multiserver.protocol._light_messages import Children, Error, Hello, Refused, Welcome
+from multiserver.protocol._messages import Children, Error, Hello, Refused, Welcome
 from multiserver.protocol._proto import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
-from multiserver.protocol._record import record
+from multiserver.protocol._record import record, replaced
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,9 +69,9 @@ def claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
     return results
 
 
-def hello(f: Family, children: bool) -> Hello:
+def hello(children: bool) -> Hello:
     """The Hello every client of this library sends."""
-    return f.cls(Hello)(
+    return Hello(
         min_version=MIN_PROTOCOL_VERSION,
         max_version=PROTOCOL_VERSION,
         client="multiserver-client",
@@ -92,11 +91,11 @@ class WelcomeReader:
 
     def feed(self, msg: Message) -> Welcome | None:
         if self._welcome is None:
-            if is_a(msg, Refused):
+            if isinstance(msg, Refused):
                 raise VersionRefused(msg.reason)
-            if is_a(msg, Error):
+            if isinstance(msg, Error):
                 raise RequestFailed(msg.errno, msg.message)
-            assert is_a(msg, Welcome)  # the codec admits nothing else first
+            assert isinstance(msg, Welcome)  # the codec admits nothing else first
             if not MIN_PROTOCOL_VERSION <= msg.version <= PROTOCOL_VERSION:
                 raise VersionRefused(
                     f"daemon picked protocol version {msg.version}; this client speaks "
@@ -106,9 +105,9 @@ class WelcomeReader:
                 return msg
             self._welcome, self._listing = msg, list(msg.children)
             return None
-        if is_a(msg, Error):
+        if isinstance(msg, Error):
             raise RequestFailed(msg.errno, msg.message)
-        if not is_a(msg, Children) or msg.req != 0:
+        if not isinstance(msg, Children) or msg.req != 0:
             raise PeerProtocolError(f"expected the rest of the listing, got {type(msg).__name__}")
         self._listing += msg.children
         if msg.last:

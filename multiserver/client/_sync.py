@@ -36,17 +36,15 @@ from multiserver.client._spawn import (
     connect_or_start_blocking,
     remaining,
 )
-from multiserver.protocol._frames import (
+from multiserver.protocol._codec import (
     NEED_DATA,
     Codec,
     Event,
     ProtocolError,
     Unrepresentable,
     close_fds,
-    is_a,
 )
-from multiserver.protocol._light import LIGHT
-from multiserver.protocol._light_messages import ChildExited, Children, ChildTaken, Claimed, Error
+from multiserver.protocol._messages import ChildExited, Children, ChildTaken, Claimed, Error
 from multiserver.protocol._sockio import receive_chunk, rights, send_some
 from multiserver.system._paths import DaemonPaths
 
@@ -72,7 +70,7 @@ class _Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.codec = Codec("client", LIGHT)
+        self.codec = Codec("client")
         self.deadline: float | None = None
 
     def send(self, msg: Message) -> None:
@@ -159,16 +157,16 @@ class SyncClient:
         """A notice goes to ``notices``; a reply to an ignored request is
         dropped; anything else is returned."""
         msg = event.message
-        if is_a(msg, ChildExited) or is_a(msg, ChildTaken):
+        if isinstance(msg, ChildExited | ChildTaken):
             self.notices.append(msg)
             return None
         req = getattr(msg, "req", None)
         if req is None:  # the daemon reports our protocol error and closes
-            assert is_a(msg, Error)
+            assert isinstance(msg, Error)
             raise PeerProtocolError(msg.message)
         if req in self._ignored:
             close_fds(event.fds)
-            if not (is_a(msg, Claimed) or is_a(msg, Children)) or msg.last:
+            if not isinstance(msg, Claimed | Children) or msg.last:
                 self._ignored.discard(req)
             return None
         return event
@@ -178,7 +176,7 @@ class SyncClient:
         result. On an error, what the call collected (fds) is closed."""
         req = next(self._reqs)
         try:
-            self._channel.send(call.message(req, LIGHT))
+            self._channel.send(call.message(req))
         except Unrepresentable:  # nothing was sent: the connection is fine
             raise DaemonTooOld.speaking(self.welcome.version) from None
         try:
@@ -204,7 +202,7 @@ class SyncClient:
                 raise PeerProtocolError(
                     f"a reply to request {getattr(event.message, 'req', None)}, waiting for {req}"
                 )
-            if is_a(event.message, Error):
+            if isinstance(event.message, Error):
                 close_fds(event.fds)
                 raise RequestFailed(event.message.errno, event.message.message)
             return event
@@ -278,7 +276,7 @@ class SyncClient:
         """Resize without waiting for the answer (``read_notices`` drops it):
         for a loop that must not block on the daemon."""
         req = next(self._reqs)
-        self._channel.send(calls.resize(child_id, rows, cols).message(req, LIGHT))
+        self._channel.send(calls.resize(child_id, rows, cols).message(req))
         self._ignored.add(req)
 
     def upgrade(self) -> Upgraded:
@@ -320,7 +318,7 @@ def handshake_blocking(channel: _Channel, *, children: bool = True) -> Welcome:
     """Hello, then the Welcome (and its pages). Raises as ``WelcomeReader``,
     or ConnectionClosed / TimedOut."""
     try:
-        channel.send(hello(LIGHT, children))
+        channel.send(hello(children))
     except ConnectionClosed:
         pass  # refused before it read us: its Error is there to read
     reader = WelcomeReader()

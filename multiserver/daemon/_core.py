@@ -78,6 +78,7 @@ from multiserver.protocol._messages import (
     Welcome,
 )
 from multiserver.protocol._proto import UPGRADE_VERSION, select_problem, selected
+from multiserver.protocol._record import replaced
 from multiserver.settings._env import child_env
 from multiserver.system._osstr import escaped, is_utf8
 from multiserver.terminal._buffer import OutputBuffer
@@ -183,7 +184,7 @@ def listed(info: ChildInfo, version: int) -> ChildInfo:
         return info
     argv, omitted = shorten_argv(info.argv)
     fg_argv = None if info.fg_argv is None else shorten_argv(info.fg_argv)[0]
-    return attrs.evolve(
+    return replaced(
         info,
         argv=argv,
         fg_argv=fg_argv,
@@ -196,7 +197,7 @@ def _escaped(info: ChildInfo) -> ChildInfo:
     fg_argv = info.fg_argv or []
     if all(map(is_utf8, (info.cwd, info.fg_cwd or "", *info.argv, *fg_argv))):
         return info
-    return attrs.evolve(
+    return replaced(
         info,
         argv=[escaped(a) for a in info.argv],
         cwd=escaped(info.cwd),

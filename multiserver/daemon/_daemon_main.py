@@ -50,7 +50,6 @@ from multiserver.daemon._origin import DaemonOrigin, Started, read_origin
 from multiserver.daemon._server import SERVER_NAME, Daemon
 from multiserver.daemon._snapshot import Snapshot, SnapshotError, blob_view
 from multiserver.daemon._upgrade import SnapshotFile
-from multiserver.protocol import _codec
 from multiserver.settings._config import DaemonConfig
 from multiserver.settings._settings import daemon_options
 from multiserver.system import _platform
@@ -79,7 +78,6 @@ async def _run(
     found, limit = _platform.raise_nofile_limit()
     daemon = Daemon(config, child_nofile=found)
     daemon.output_dir = instance_dir(paths.state_dir, daemon.instance_id)
-    _codec.prepare_daemon()  # ~20 ms now, not inside the first answers
     origin = DaemonOrigin(
         os.getpid(),
         daemon.instance_id,

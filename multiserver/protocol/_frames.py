@@ -5,13 +5,9 @@ feeds it what ``recvmsg`` returned (``receive_data(data, fds)``), asks for
 parsed events (``next_event()``) and asks it to encode messages (``send``),
 then sends the bytes with the fds itself. See docs/protocol.md.
 
-The frames are the same whatever holds the messages: a ``Family`` names the
-message classes and the body codec that reads and writes them. The daemon,
-the trio client and the test harness use the attrs classes and the cattrs
-converter (``_codec.FULL``); the blocking client uses classes generated
-from them and a codec driven by the same table (``_light.LIGHT``), which
-import neither attrs nor cattrs. ``tests/multiserver/protocol/test_light.py`` runs
-every message through both.
+The frames are the same whatever their bodies hold: a ``Family`` names the
+message classes and the body codec that reads and writes them
+(``_codec.MESSAGES``, the protocol's; a test may make another).
 
 Frame layout (network byte order)::
 
@@ -61,12 +57,11 @@ from multiserver.protocol._proto import claimed_problem
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Any, Literal, TypeGuard, TypeVar
+    from typing import Any, Literal
 
     from multiserver.protocol._messages import Claimed, Message
 
     Role = Literal["client", "daemon"]
-    M = TypeVar("M")
 
 MAGIC = b"MS"
 HEADER = struct.Struct("!2sHHHII")
@@ -115,28 +110,6 @@ class Family:
         self.max_fds = max_fds
         self.encode_body = encode_body
         self.decode_body = decode_body
-
-    def cls(self, kind: type[M]) -> type[M]:
-        """This family's class of the message ``kind`` (of any family)."""
-        return self.types[kind.TYPE]  # type: ignore[attr-defined]
-
-
-def replaced(record: M, **changes: object) -> M:
-    """A copy of a message or record (attrs, a generated twin or a light
-    ``_record``) with ``changes``."""
-    cls = type(record)
-    attrs_fields = getattr(cls, "__attrs_attrs__", None)
-    if attrs_fields is not None:
-        names = [a.name for a in attrs_fields]
-    else:  # a generated twin (its slots), or a light record (_record)
-        names = getattr(cls, "__record_fields__", None) or cls.__slots__  # type: ignore[attr-defined]
-    return cls(**{n: changes[n] if n in changes else getattr(record, n) for n in names})
-
-
-def is_a(msg: object, kind: type[M]) -> TypeGuard[M]:
-    """Whether ``msg`` is a ``kind`` message, of whichever family: the type
-    codes are the same in every family."""
-    return bool(getattr(msg, "TYPE", None) == kind.TYPE)  # type: ignore[attr-defined]
 
 
 class Event:

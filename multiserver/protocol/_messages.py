@@ -1,20 +1,22 @@
-"""The messages of the multiserver wire protocol, as frozen attrs classes.
+"""The messages of the multiserver wire protocol: their one definition.
+
+Each is a frozen record (``_record.record``: a dataclass to a type checker,
+a few lines at run time, so that a command that reads a listing imports
+neither attrs nor cattrs). Their fields, as annotated here, are the codec's
+field table (``_codec`` reads the annotations as text: the forms it knows
+are listed there).
 
 Every message has a fixed type code (``TYPE``), stated once in ``MESSAGE_TYPES``.
 A message may carry one ``bytes`` field (named by ``BLOB``), which travels as the
 frame's raw blob instead of inside the JSON body. A message that travels with
 fds says how many in ``nfds`` of its frame; the fds themselves are never part of
-the message object (see ``_codec.Event``).
+the message object (see ``_frames.Event``).
 
 Any change to a message, its fields or its meaning bumps ``PROTOCOL_VERSION``.
 See docs/protocol.md for the byte-level description.
 """
 
 from __future__ import annotations
-
-from typing import Annotated, Any, ClassVar, Literal
-
-import attrs
 
 from multiserver.protocol._proto import (
     MIN_PROTOCOL_VERSION as MIN_PROTOCOL_VERSION,
@@ -25,28 +27,23 @@ from multiserver.protocol._proto import (
     describe_exit as describe_exit,
     exit_status as exit_status,
 )
+from multiserver.protocol._record import record
 
-ChildState = Literal["running", "exited"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import ClassVar, Literal, TypeAlias
 
+    # A field that holds what the OS takes as bytes: argv, a cwd, the
+    # environment (``_osstr`` says how such a string is held and carried).
+    OsStr: TypeAlias = str
+    ChildState: TypeAlias = Literal["running", "exited"]
 
-class _OsStringMark:
-    def __repr__(self) -> str:
-        return "OS_STRING"
-
-
-OS_STRING = _OsStringMark()
-
-# A field that holds what the OS takes as bytes: argv, a cwd, the
-# environment (``_osstr`` says how such a string is held and carried).
-OsStr = Annotated[str, OS_STRING]
-
-
-def is_os_str(tp: Any) -> bool:
-    """Whether the type ``tp`` is ``OsStr``."""
-    return OS_STRING in getattr(tp, "__metadata__", ())
+# The Literal aliases above, as the codec reads them (it reads annotations
+# as text, without importing typing). A test holds the two equal.
+LITERALS: dict[str, tuple[str, ...]] = {"ChildState": ("running", "exited")}
 
 
-@attrs.frozen
+@record
 class ChildInfo:
     """What the daemon knows of one child, without its fd."""
 
@@ -79,7 +76,7 @@ class ChildInfo:
 # --- handshake -------------------------------------------------------------
 
 
-@attrs.frozen
+@record
 class Hello:
     """Client -> daemon, first frame. Offers a range of protocol versions."""
 
@@ -94,7 +91,7 @@ class Hello:
     children: bool = True
 
 
-@attrs.frozen
+@record
 class Welcome:
     """Daemon -> client: the version picked and what the daemon holds."""
 
@@ -109,7 +106,7 @@ class Welcome:
     more: bool = False
 
 
-@attrs.frozen
+@record
 class Refused:
     """Daemon -> client: no common version (or another refusal); then it closes."""
 
@@ -122,7 +119,7 @@ class Refused:
 # --- requests (client -> daemon); each carries a client-chosen `req` ----------
 
 
-@attrs.frozen
+@record
 class Launch:
     TYPE: ClassVar[int] = 10
     req: int
@@ -136,7 +133,7 @@ class Launch:
     hold: bool = True  # False: launch detached, the daemon drains it
 
 
-@attrs.frozen
+@record
 class Claim:
     """Claim several children in one request. Answered by ``Claimed``
     frames (one result per id, in the order asked)."""
@@ -150,7 +147,7 @@ class Claim:
     keep_output: bool = False
 
 
-@attrs.frozen
+@record
 class Release:
     """Give children back; the daemon drains them again. With
     ``replace_output``, each child's kept output becomes ``output``: what
@@ -165,7 +162,7 @@ class Release:
     output: bytes = b""
 
 
-@attrs.frozen
+@record
 class Signal:
     TYPE: ClassVar[int] = 13
     req: int
@@ -173,14 +170,14 @@ class Signal:
     signum: int
 
 
-@attrs.frozen
+@record
 class Collect:
     TYPE: ClassVar[int] = 14
     req: int
     id: int
 
 
-@attrs.frozen
+@record
 class ListChildren:
     TYPE: ClassVar[int] = 15
     req: int
@@ -193,7 +190,7 @@ class ListChildren:
     ids: list[int] | None = None
 
 
-@attrs.frozen
+@record
 class Peek:
     TYPE: ClassVar[int] = 16
     req: int
@@ -201,7 +198,7 @@ class Peek:
     max_bytes: int | None = None
 
 
-@attrs.frozen
+@record
 class Resize:
     TYPE: ClassVar[int] = 17
     req: int
@@ -210,7 +207,7 @@ class Resize:
     cols: int
 
 
-@attrs.frozen
+@record
 class Shutdown:
     """Stop the daemon. Refused while children run unless ``force``."""
 
@@ -219,7 +216,7 @@ class Shutdown:
     force: bool = False
 
 
-@attrs.frozen
+@record
 class Upgrade:
     """Version 6. Replace the daemon's code with the installed one, in
     place (``_upgrade.py``); the answer comes from the new code
@@ -232,7 +229,7 @@ class Upgrade:
 # --- replies (daemon -> client); each echoes `req` -----------------------------
 
 
-@attrs.frozen
+@record
 class Launched:
     """Reply to Launch; travels with the master fd when the launch held it."""
 
@@ -241,7 +238,7 @@ class Launched:
     child: ChildInfo
 
 
-@attrs.frozen
+@record
 class ClaimedChild:
     """One child of a ``Claimed`` frame: its info (None when its claim
     failed, with ``errno`` and ``message``), the count of bytes dropped past
@@ -259,7 +256,7 @@ class ClaimedChild:
     message: str = ""
 
 
-@attrs.frozen
+@record
 class Claimed:
     """The answer to a Claim: one ``ClaimedChild`` per id, in the order
     asked, in one frame or more (at most 253 fds a frame); ``last`` marks the
@@ -278,7 +275,7 @@ class Claimed:
         return claimed_problem(self.children, self.outputs, nfds)
 
 
-@attrs.frozen
+@record
 class ChildError:
     """One child of a Release that could not be served."""
 
@@ -289,20 +286,20 @@ class ChildError:
     message: str
 
 
-@attrs.frozen
+@record
 class Released:
     TYPE: ClassVar[int] = 33
     req: int
     ids: list[int]
 
 
-@attrs.frozen
+@record
 class Ok:
     TYPE: ClassVar[int] = 34
     req: int
 
 
-@attrs.frozen
+@record
 class Upgraded:
     """Reply to Upgrade, from the new code: the daemon's pid (unchanged),
     the code it ran and runs now (``Welcome.server``), and for how long it
@@ -316,14 +313,14 @@ class Upgraded:
     paused: float  # seconds
 
 
-@attrs.frozen
+@record
 class Collected:
     TYPE: ClassVar[int] = 35
     req: int
     child: ChildInfo
 
 
-@attrs.frozen
+@record
 class Children:
     """A listing, or one page of it (version 4: pages until ``last``; ``req``
     0 for the pages that follow a ``Welcome`` with ``more``)."""
@@ -334,7 +331,7 @@ class Children:
     last: bool = True
 
 
-@attrs.frozen
+@record
 class Peeked:
     TYPE: ClassVar[int] = 37
     BLOB: ClassVar[str] = "output"
@@ -344,7 +341,7 @@ class Peeked:
     output: bytes = b""
 
 
-@attrs.frozen
+@record
 class Error:
     """A request failed (``req`` set; the connection stays healthy), or the
     peer broke the protocol (``req`` is None; the daemon closes after it)."""
@@ -358,14 +355,14 @@ class Error:
 # --- pushed notices (daemon -> client, no `req`) --------------------------------
 
 
-@attrs.frozen
+@record
 class ChildExited:
     TYPE: ClassVar[int] = 50
     id: int
     exit_code: int
 
 
-@attrs.frozen
+@record
 class ChildTaken:
     """Sent to the previous holder when another client claims its child."""
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from typing import TypeVar, dataclass_transform
 
     C = TypeVar("C", bound=type)
+    R = TypeVar("R")
 
     @dataclass_transform(frozen_default=True)
     def record(cls: C) -> C: ...
@@ -78,6 +79,7 @@ else:
         for n in defaults:  # the default lives on __init__ now, not as a class attribute
             delattr(cls, n)
         cls.__init__ = namespace["__init__"]
+        cls.__record_defaults__ = defaults
 
     def _make(cls: type, frozen: bool) -> type:
         names = _fields(cls)
@@ -125,3 +127,15 @@ else:
         """A record whose fields may change (attrs.define's, to a type
         checker)."""
         return _make(cls, frozen=False)
+
+
+def replaced(record: R, **changes: object) -> R:
+    """A copy of a record (a message, a ``record``, a generated twin, or an
+    attrs class) with ``changes``."""
+    cls = type(record)
+    attrs_fields = getattr(cls, "__attrs_attrs__", None)
+    if attrs_fields is not None:
+        names = [a.name for a in attrs_fields]
+    else:  # a record, or a generated twin (its slots)
+        names = getattr(cls, "__record_fields__", None) or cls.__slots__  # type: ignore[attr-defined]
+    return cls(**{n: changes[n] if n in changes else getattr(record, n) for n in names})

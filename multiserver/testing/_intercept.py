@@ -21,6 +21,7 @@ from multiserver.protocol._messages import (
     Refused,
     Welcome,
 )
+from multiserver.protocol._record import replaced
 from multiserver.testing._behavior import Behavior
 
 
@@ -89,7 +90,7 @@ class BehaviorIntercept:
         replies: list[Reply] = []
         for reply in answer.replies:
             if isinstance(reply.message, Welcome):
-                welcome = attrs.evolve(reply.message, version=PROTOCOL_VERSION + 1)
+                welcome = replaced(reply.message, version=PROTOCOL_VERSION + 1)
                 replies.append(Reply(welcome, conn.encode(welcome, len(reply.fds)), reply.fds))
             else:
                 version = (conn.version or PROTOCOL_VERSION) + 1

@@ -21,13 +21,12 @@ import time
 from collections.abc import Callable, Iterator
 
 from multiserver import (
+    ChildExited,
+    ChildTaken,
     ConnectionClosed,
-    LightChildExited as ChildExited,
-    LightChildTaken as ChildTaken,
     OutputBuffer,
     describe_exit,
     exit_status,
-    is_a,
     mutable_record,
 )
 from multiserver_cli import _shown
@@ -278,9 +277,9 @@ def _watch(
                 notice = client.notices.popleft()
                 if notice.id != child.id or stopping:
                     continue
-                if is_a(notice, ChildTaken):
+                if isinstance(notice, ChildTaken):
                     outcome.taken = True
-                elif is_a(notice, ChildExited):
+                elif isinstance(notice, ChildExited):
                     # The PTY may stay open (a grandchild holds it): stop.
                     outcome.exit_code = notice.exit_code
                 os.write(ctl_w, b"x")
@@ -304,7 +303,7 @@ def _watch(
         until = time.monotonic() + EXIT_NOTICE_WAIT
         with contextlib.suppress(ConnectionClosed):
             while (late := client.wait_notice(until)) is not None:
-                if late.id == child.id and is_a(late, ChildExited):
+                if late.id == child.id and isinstance(late, ChildExited):
                     outcome.exit_code = late.exit_code
                     break
 

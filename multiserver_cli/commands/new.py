@@ -100,7 +100,7 @@ def run(args: Namespace) -> int:
             raise CliError("--relaunch needs a session name (-n NAME)", 2)
         args.attach_existing = args.detach = True
     from multiserver_cli import _saved
-    from multiserver_cli._names import Found, Refused, plan_new
+    from multiserver_cli._names import Found, Refusal, plan_new
     from multiserver_cli._sessions import check_name, located, scope_of, survey, survey_about
 
     name = None if args.name is None else check_name(args.name, new=not args.attach_existing)
@@ -114,7 +114,7 @@ def run(args: Namespace) -> int:
         view = survey(saved) if name is None else survey_about(saved, name)
         scope = scope_of(_args.only_daemon(args))
         plan = plan_new(view, name, attach_existing=args.attach_existing, scope=scope)
-        if isinstance(plan, Refused):
+        if isinstance(plan, Refusal):
             raise CliError(plan.message)
         if isinstance(plan, Found):
             if args.relaunch is not None:  # it runs: nothing to start (asked twice)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
@@ -16,7 +15,7 @@ from multiserver_cli._names import (
     DaemonView,
     Found,
     Missing,
-    Refused,
+    Refusal,
     SavedOnly,
     Survey,
     Unanswered,
@@ -49,7 +48,7 @@ def sock(n: int) -> Path:
 
 
 def child(id: int, name: str, exit_code: int | None = None) -> ChildInfo:
-    return attrs.evolve(plan_child(id, exit_code=exit_code), name=name)
+    return replaced(plan_child(id, exit_code=exit_code), name=name)
 
 
 def leaf(name: str, n: int | None, instance: str = "i1", child_id: int = 1) -> SessionLeaf:
@@ -190,7 +189,7 @@ def test_a_name_no_daemon_that_answered_has_is_not_missing_while_one_did_not() -
     assert isinstance(resolve(SURVEY, "s1", command="kill", scope=sock(2)), Missing)
     # new -A does not start a second one beside one that may run there.
     refused = plan_new(SURVEY, "s1", attach_existing=True)
-    assert isinstance(refused, Refused) and "daemon 4 did not answer" in refused.message
+    assert isinstance(refused, Refusal) and "daemon 4 did not answer" in refused.message
     assert plan_new(SURVEY, "s1", attach_existing=True, scope=sock(2)) == Create(
         "s1", explicit=True
     )
@@ -199,8 +198,8 @@ def test_a_name_no_daemon_that_answered_has_is_not_missing_while_one_did_not() -
 def test_plan_new() -> None:
     assert plan_new(SURVEY, None) == Create("1", explicit=False)
     assert plan_new(SURVEY, "free") == Create("free", explicit=True)
-    assert isinstance(plan_new(SURVEY, "web"), Refused)
-    assert isinstance(plan_new(SURVEY, "dup", attach_existing=True), Refused)  # several
+    assert isinstance(plan_new(SURVEY, "web"), Refusal)
+    assert isinstance(plan_new(SURVEY, "dup", attach_existing=True), Refusal)  # several
     found = plan_new(SURVEY, "dup", attach_existing=True, scope=sock(2))
     assert isinstance(found, Found) and found.session.daemon == "2"
     # -A on a saved session that is not running starts it again...
@@ -209,14 +208,14 @@ def test_plan_new() -> None:
     )
     # ...unless its daemon did not answer: its program may run there still.
     wedged = plan_new(SURVEY, "wedged", attach_existing=True)
-    assert isinstance(wedged, Refused) and "try again once it answers" in wedged.message
+    assert isinstance(wedged, Refusal) and "try again once it answers" in wedged.message
     # -A takes an adopter's name that exists, and creates none.
     assert isinstance(plan_new(SURVEY, "orphan-sh-1", attach_existing=True), Found)
     nothing = plan_new(SURVEY, "orphan-x-1", attach_existing=True)
-    assert isinstance(nothing, Refused) and "are the adopter's" in nothing.message
+    assert isinstance(nothing, Refusal) and "are the adopter's" in nothing.message
     # -A with --daemon 1 for a name that lives on daemon 2: not a second one.
     elsewhere = plan_new(SURVEY, "2", attach_existing=True, scope=sock(1))
-    assert elsewhere == Refused(
+    assert elsewhere == Refusal(
         "a session named '2' exists already (on daemon 2, running);"
         " choose another name, or attach to it"
     )

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from multiserver import __version__
-from multiserver.protocol._light_messages import Welcome
+from multiserver.protocol._messages import Welcome
 from multiserver_cli._older import is_older, notice, say_pending, version_key
 from tests.conftest import MsDirs, RunningDaemon
 

@@ -28,13 +28,19 @@ import json
 import os
 import random
 import time
-import types
-import typing
 from typing import Any, Literal
 
 import attrs
 
-from multiserver.protocol._codec import HEADER, MAX_FRAME, NEED_DATA, Codec, Event, ProtocolError
+from multiserver.protocol._codec import (
+    FIELDS,
+    HEADER,
+    MAX_FRAME,
+    NEED_DATA,
+    Codec,
+    Event,
+    ProtocolError,
+)
 from multiserver.protocol._messages import (
     CLIENT_MESSAGES,
     DAEMON_MESSAGES,
@@ -57,9 +63,7 @@ POOL_SIZE = 16
 
 _REQUESTS = sorted(CLIENT_MESSAGES - {Hello}, key=lambda c: c.TYPE)
 _REPLIES = sorted(DAEMON_MESSAGES - {Welcome, Refused}, key=lambda c: c.TYPE)
-_HINTS = {
-    cls: typing.get_type_hints(cls) for cls in [*MESSAGE_TYPES.values(), ChildInfo, ClaimedChild]
-}
+_RECORDS = {"ChildInfo": ChildInfo, "ClaimedChild": ClaimedChild}
 _TEXTS = [
     "",
     "main",
@@ -77,41 +81,34 @@ _TEXTS = [
 # --- random valid messages ------------------------------------------------------------
 
 
-def random_value(tp: Any, rng: random.Random) -> Any:
-    if tp is int:
+def random_value(kind: str, rng: random.Random) -> Any:
+    """A value of a field of ``kind`` (``_codec.FIELDS``)."""
+    if kind.startswith("?"):
+        return None if rng.random() < 0.5 else random_value(kind[1:], rng)
+    if kind.startswith("["):
+        return [random_value(kind[1:-1], rng) for _ in range(rng.randrange(4))]
+    if kind.startswith("lit:"):
+        return rng.choice(kind[4:].split("|"))
+    if kind == "env":
+        return {rng.choice(_TEXTS) + str(i): rng.choice(_TEXTS) for i in range(rng.randrange(4))}
+    if kind == "int":
         return rng.choice([0, 1, -1, rng.randrange(1 << 16), rng.randrange(-(1 << 63), 1 << 63)])
-    if tp is float:
+    if kind == "float":
         return rng.choice([0.0, 1.5, -2.25, rng.random() * 1e9])
-    if tp is str:
+    if kind in ("str", "os"):
         return rng.choice(_TEXTS)
-    if tp is bool:
+    if kind == "bool":
         return rng.random() < 0.5
-    if tp is bytes:
+    if kind == "bytes":
         size = rng.choice([0, 1, 5, 100, 4096]) if rng.random() < 0.99 else 70_000
         return rng.randbytes(size)
-    if tp is type(None):
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Literal:
-        return rng.choice(args)
-    if origin in (typing.Union, types.UnionType):
-        return random_value(rng.choice(args), rng)
-    if origin is list:
-        return [random_value(args[0], rng) for _ in range(rng.randrange(4))]
-    if origin is dict:
-        return {
-            rng.choice(_TEXTS) + str(i): random_value(args[1], rng) for i in range(rng.randrange(4))
-        }
-    if attrs.has(tp):
-        return random_message(tp, rng)
-    raise TypeError(tp)
+    return random_message(_RECORDS[kind], rng)
 
 
 def random_message(cls: type[Any], rng: random.Random) -> Any:
     if cls is Claimed:
         return random_claimed(rng)
-    hints = _HINTS[cls]
-    return cls(**{f.name: random_value(hints[f.name], rng) for f in attrs.fields(cls)})
+    return cls(**{name: random_value(kind, rng) for name, kind, *_ in FIELDS[cls.__name__]})
 
 
 def random_claimed(rng: random.Random) -> Claimed:
@@ -119,25 +116,25 @@ def random_claimed(rng: random.Random) -> Claimed:
     failed children, children with output, with or without their fd."""
     parts, outputs = [], []
     for _ in range(rng.randrange(5)):
-        child_id = random_value(int, rng)
+        child_id = random_value("int", rng)
         if rng.random() < 0.3:
             parts.append(
                 ClaimedChild(id=child_id, errno=rng.randrange(1, 200), message=rng.choice(_TEXTS))
             )
             continue
-        output = random_value(bytes, rng)
+        output = random_value("bytes", rng)
         outputs.append(output)
         parts.append(
             ClaimedChild(
                 id=child_id,
                 child=random_message(ChildInfo, rng),
-                dropped=random_value(int, rng),
+                dropped=random_value("int", rng),
                 output_len=len(output),
                 fd=rng.random() < 0.7,
             )
         )
     return Claimed(
-        req=random_value(int, rng),
+        req=random_value("int", rng),
         children=parts,
         last=rng.random() < 0.8,
         outputs=b"".join(outputs),

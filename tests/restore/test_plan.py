@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
-from multiserver import ChildInfo, screen_reset
+from multiserver import ChildInfo, replaced, screen_reset
 from restore import Arrangement, PendingLaunch, RestorationRef, SessionLeaf, Split, Tab, Window
 from restore._plan import (
     ATTACH_SHARE,
@@ -425,7 +425,7 @@ def intent(socket: str = SOCK_B, instance: str = "inst-new") -> PendingLaunch:
 
 
 def named(name: str, child_id: int, pid: int) -> ChildInfo:
-    return attrs.evolve(child(child_id, pid), name=name)
+    return replaced(child(child_id, pid), name=name)
 
 
 def test_a_lost_relaunch_found_by_name_in_that_run_of_its_daemon_is_the_session() -> None:

@@ -13,10 +13,9 @@ import time
 import pytest
 import trio
 
-from multiserver import ChildExited, RequestFailed, is_a
+from multiserver import ChildExited, ChildTaken, RequestFailed
 from multiserver.client._spawn import TimedOut
 from multiserver.client._sync import dial_blocking
-from multiserver.protocol import _light_messages as light
 from tests.conftest import MsDirs, RunningDaemon
 
 
@@ -49,7 +48,7 @@ async def test_requests_answer_as_the_trio_client_does(daemon: RunningDaemon) ->
             client.resize(kid, 30, 100)
             client.signal(kid, signal.SIGKILL)
             notice = client.wait_notice(time.monotonic() + 5)
-            assert is_a(notice, ChildExited) and notice.id == kid
+            assert isinstance(notice, ChildExited) and notice.id == kid
             assert client.collect(kid).exit_code == -signal.SIGKILL
 
     await trio.to_thread.run_sync(work)
@@ -68,7 +67,7 @@ async def test_a_steal_reaches_the_other_client_as_a_notice(daemon: RunningDaemo
             for r in (mine, theirs):
                 assert r.master is not None
                 os.close(r.master)
-            assert a.wait_notice(time.monotonic() + 5) == light.ChildTaken(id=kid)
+            assert a.wait_notice(time.monotonic() + 5) == ChildTaken(id=kid)
             a.send_resize(kid, 20, 20)  # answered with an error (not held): dropped
             a.read_notices()
             assert [c.id for c in a.list()] == [kid]

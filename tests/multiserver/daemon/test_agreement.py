@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
@@ -76,8 +75,9 @@ FINAL: dict[type[Message], tuple[type[Message], ...]] = {
 
 def normal(value: Any) -> Any:
     """A message as plain data, without what the OS chooses."""
-    if attrs.has(type(value)):
-        fields = attrs.asdict(value, recurse=False)
+    names = getattr(type(value), "__record_fields__", None)
+    if names is not None:
+        fields = {n: getattr(value, n) for n in names}
         return (
             type(value).__name__,
             {k: normal(v) for k, v in fields.items() if k not in VOLATILE},
@@ -289,7 +289,7 @@ async def test_an_older_client_sees_no_field_it_does_not_know(
     ]
     newer = await run(daemon.paths.socket, steps)
     assert newer[1][2][0][0][1]["child"][1]["argv_omitted"] == shorten_argv(argv)[1] > 45_000
-    monkeypatch.setattr(_codec.FULL, "decode_body", recording)
+    monkeypatch.setattr(_codec.MESSAGES, "decode_body", recording)
     older = await run(
         daemon.paths.socket,
         [
@@ -340,7 +340,7 @@ async def test_an_older_client_never_receives_bytes_in_the_new_form(
     assert child["argv"][-1] == os.fsdecode(b"x\xe9") and child["cwd"] == str(latin_dir)
     [listed] = child_infos(newer[2][2])
     assert listed["fg_cwd"] == str(latin_dir)  # read back from /proc byte for byte
-    monkeypatch.setattr(_codec.FULL, "decode_body", recording)
+    monkeypatch.setattr(_codec.MESSAGES, "decode_body", recording)
     older = await run(
         daemon.paths.socket,
         [

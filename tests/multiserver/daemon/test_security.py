@@ -31,7 +31,7 @@ from multiserver import (
     open_client,
 )
 from multiserver.client._calls import listing
-from multiserver.protocol._codec import FULL, HEADER, MAGIC, MAX_FRAME, Codec, Event, close_fds
+from multiserver.protocol._codec import HEADER, MAGIC, MAX_FRAME, Codec, Event, close_fds
 from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
     Children,
@@ -512,7 +512,7 @@ async def test_a_listing_holds_only_the_children_asked_about_at_any_version(
         # (a version-6 daemon refuses a field it does not know), the answer
         # holds every child, and the call selects.
         call = listing(foreground=False, prefixes=["a"], ids=[made["ca"]], version=6)
-        sent = call.message(1, FULL)
+        sent = call.message(1)
         assert isinstance(sent, ListChildren) and (sent.prefixes, sent.ids) == (None, None)
         every = await client.list()
         got = call.feed(Event(Children(req=1, children=every, last=True), []))

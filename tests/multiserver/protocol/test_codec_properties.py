@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import types
-import typing
 from typing import Any, Literal
 
 import attrs
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from multiserver.protocol._codec import (
+    FIELDS,
     HEADER,
     HEADER_SIZE,
     MAGIC,
@@ -37,7 +36,6 @@ from multiserver.protocol._messages import (
     Message,
     Refused,
     Welcome,
-    is_os_str,
 )
 from tests.multiserver.protocol.test_codec import Pipes, fd_is_closed
 
@@ -60,35 +58,28 @@ _text = st.text(max_size=20)
 os_strings = st.one_of(_text, st.binary(max_size=20).map(os.fsdecode))
 
 
-def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
-    """Values of a field type, as the wire can carry them."""
-    if is_os_str(tp):
-        return os_strings
-    if tp is int:
-        return _ints
-    if tp is float:
-        return _floats
-    if tp is str:
-        return _text
-    if tp is bool:
-        return st.booleans()
-    if tp is bytes:
-        return st.binary(max_size=64)
-    if tp is type(None):
-        return st.none()
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is Literal:
-        return st.sampled_from(args)
-    if origin in (typing.Union, types.UnionType):
-        return st.one_of(*(strategy_for(a) for a in args))
-    if origin is list:
-        return st.lists(strategy_for(args[0]), max_size=3)
-    if origin is dict:
-        return st.dictionaries(strategy_for(args[0]), strategy_for(args[1]), max_size=3)
-    if attrs.has(tp):
-        return message_strategy(tp)
-    raise TypeError(f"no strategy for {tp!r}")
+def strategy_for(kind: str) -> st.SearchStrategy[Any]:
+    """Values of a field of ``kind`` (``_codec.FIELDS``), as the wire can
+    carry them."""
+    if kind.startswith("?"):
+        return st.one_of(st.none(), strategy_for(kind[1:]))
+    if kind.startswith("["):
+        return st.lists(strategy_for(kind[1:-1]), max_size=3)
+    if kind.startswith("lit:"):
+        return st.sampled_from(kind[4:].split("|"))
+    if kind == "env":
+        return st.dictionaries(os_strings, os_strings, max_size=3)
+    scalars: dict[str, st.SearchStrategy[Any]] = {
+        "os": os_strings,
+        "int": _ints,
+        "float": _floats,
+        "str": _text,
+        "bool": st.booleans(),
+        "bytes": st.binary(max_size=64),
+    }
+    if kind in scalars:
+        return scalars[kind]
+    return message_strategy({"ChildInfo": ChildInfo, "ClaimedChild": ClaimedChild}[kind])
 
 
 @st.composite
@@ -134,8 +125,7 @@ def fds_for(msg: Message, with_fd: bool) -> int:
 def message_strategy(cls: type[Any]) -> st.SearchStrategy[Any]:
     if cls is Claimed:
         return _claimed()
-    hints = typing.get_type_hints(cls, include_extras=True)
-    return st.builds(cls, **{f.name: strategy_for(hints[f.name]) for f in attrs.fields(cls)})
+    return st.builds(cls, **{name: strategy_for(kind) for name, kind, *_ in FIELDS[cls.__name__]})
 
 
 _CHILD_INFO = message_strategy(ChildInfo)
