@@ -217,7 +217,7 @@ def structurers(
         return lambda value: built[kind](value)
 
     def record(name: str) -> Convert:
-        make = _maker(classes[name])
+        make, start = _maker(classes[name])
         table = [
             (f, structurer(kind), default, _SURE.get(kind.lstrip("?")), kind.startswith("?"))
             for f, kind, default, _omit in fields[name]
@@ -230,7 +230,7 @@ def structurers(
             if forbid_extra and not known.issuperset(value):
                 extra = sorted(set(value) - known)
                 raise ValueError(f"extra fields: {', '.join(map(repr, extra))}")
-            kwargs = {}
+            kwargs = start.copy()
             for field, convert, default, sure, nullable in table:
                 if field in value:
                     item: Any = value[field]
@@ -261,22 +261,23 @@ def structurers(
     return built
 
 
-def _maker(cls: type) -> Callable[[dict[str, Any]], Any]:
-    """A record from its fields (those given; the rest at their defaults).
-    A frozen ``_record`` is filled in one step, past its ``__init__`` (which
-    sets each field through ``object.__setattr__``): every field has been
-    checked here already."""
+def _maker(cls: type) -> tuple[Callable[[dict[str, Any]], Any], dict[str, Any]]:
+    """How a record is made from its fields, and what its fields start as.
+    A frozen ``_record`` starts at its defaults and is filled in one step,
+    past its ``__init__`` (which sets each field through
+    ``object.__setattr__``): every field has been checked here already.
+    Anything else (a generated twin) is called with the fields given."""
     defaults = getattr(cls, "__record_defaults__", None)
     if defaults is None or "__slots__" in cls.__dict__:
-        return lambda kwargs: cls(**kwargs)
-    new = object.__new__
+        return (lambda kwargs: cls(**kwargs)), {}
+    new, set_dict = object.__new__, object.__setattr__
 
-    def make(kwargs: dict[str, Any]) -> Any:
+    def make(fields: dict[str, Any]) -> Any:
         obj: Any = new(cls)
-        obj.__dict__.update(defaults, **kwargs)
+        set_dict(obj, "__dict__", fields)
         return obj
 
-    return make
+    return make, dict(defaults)
 
 
 def twin_structurers(
