@@ -77,7 +77,7 @@ check: lint types test
 # store's light read (from its attrs ones), by tools/, which is not
 # installed. Tests fail when any is stale.
 faces: $(STAMP)
-	$(BIN)/python -c 'from multiserver._lazy import write_stubs; write_stubs(["multiserver", "restore"])'
+	$(BIN)/python -c 'from multiserver._lazy import write_stubs; write_stubs(["multiserver", "multiserver.internal", "restore"])'
 	$(BIN)/python -m tools.store_lightgen
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set as AbstractSet
 from typing import Literal
 
-from multiserver import ChildInfo, escaped
+from multiserver import ChildInfo
+from multiserver.internal import escaped
 from restore import Arrangement, HostChild, SessionLeaf, norm_socket, relaunch_of
 
 SocketState = Literal["live", "stale", "unresponsive", "refused"]

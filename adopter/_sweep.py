@@ -30,12 +30,14 @@ from multiserver import (
     ClaimResult,
     Client,
     DaemonNotRunning,
-    LockBusy,
     MultiserverError,
     UnsafeDirectory,
-    check_socket,
     describe_exit,
     dial,
+)
+from multiserver.internal import (
+    LockBusy,
+    check_socket,
     find_sockets,
     lock_is_held,
     remove_stale_socket,

@@ -57,7 +57,8 @@ from benchmarks.common import (
 )
 from benchmarks.installed import installed
 from benchmarks.results import Limit, Row, Settings, median, paired_ratio, spread
-from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, DaemonPaths, open_client
+from multiserver import PROTOCOL_VERSION, DaemonPaths, open_client
+from multiserver.internal import MIN_PROTOCOL_VERSION
 
 NAME = "upgrade"
 TARGET_MS = {200: 100.0}

@@ -7,7 +7,8 @@ import os
 import shlex
 import sys
 
-from multiserver import SOCKET_RE, describe_exit, printable
+from multiserver import describe_exit
+from multiserver.internal import SOCKET_RE, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ _DIRS: list[str] = []
 
 def _socket_dirs() -> list[str]:
     if not _DIRS:
-        from multiserver import socket_dirs
+        from multiserver.internal import socket_dirs
 
         _DIRS.extend(os.path.normpath(d) for d in socket_dirs())
     return _DIRS

@@ -138,6 +138,6 @@ def _one_line(name: str) -> str:
     """A name in a comment of the script: ``printable`` (``caf\\xe9``,
     ``\\n``), so that nothing in a name ends the comment and runs as a line
     of its own, or acts on the terminal the script is printed to."""
-    from multiserver import printable
+    from multiserver.internal import printable
 
     return printable(name)

@@ -45,7 +45,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from multiserver import NAME_RE, describe_exit, record, replaced
+from multiserver import describe_exit
+from multiserver.internal import NAME_RE, record, replaced
 from multiserver_cli._format import daemon_label
 
 TYPE_CHECKING = False

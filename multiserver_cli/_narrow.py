@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from multiserver import replaced
+from multiserver.internal import replaced
 from multiserver_cli._names import Survey
 
 

@@ -84,7 +84,8 @@ def say_pending() -> None:
 
 
 def _told_path() -> Path | None:
-    from multiserver import MultiserverError, ensure_private_dir, state_dir
+    from multiserver import MultiserverError
+    from multiserver.internal import ensure_private_dir, state_dir
 
     try:
         return ensure_private_dir(state_dir()) / TOLD

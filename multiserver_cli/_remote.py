@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from multiserver import replaced
+from multiserver.internal import replaced
 from multiserver_cli._errors import CliError
 from multiserver_cli._sessions import at_once
 from multiserver_cli._state import open_store, warn
@@ -208,7 +208,7 @@ ASKED_FILE = "remote-new-asked.json"
 
 
 def _asked_path() -> Path:
-    from multiserver import ensure_private_dir, state_dir
+    from multiserver.internal import ensure_private_dir, state_dir
 
     return ensure_private_dir(state_dir()) / ASKED_FILE
 
@@ -231,7 +231,7 @@ def note_asked(target: str, asked: bool) -> None:
         now[target] = time.time()
     if now == had:
         return
-    from multiserver import write_whole
+    from multiserver.internal import write_whole
 
     try:
         write_whole(_asked_path(), json.dumps(now).encode())

@@ -5,7 +5,8 @@ sessions it runs (``running``). Blocking calls only: no trio."""
 
 from __future__ import annotations
 
-from multiserver import DaemonPaths, MultiserverError, read_origin, record
+from multiserver import DaemonPaths, MultiserverError
+from multiserver.internal import read_origin, record
 from multiserver_cli._dial import dial
 from multiserver_cli._sessions import deadline
 

@@ -13,7 +13,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from multiserver import MultiserverError, replaced
+from multiserver import MultiserverError
+from multiserver.internal import replaced
 from multiserver_cli._state import leaf_for, open_store, warn
 
 TYPE_CHECKING = False
@@ -172,7 +173,7 @@ class Saved:
 @contextlib.contextmanager
 def open_saved() -> Iterator[Saved]:
     """The saved sessions (``Saved``) for one command; nothing is read yet."""
-    from multiserver import state_dir
+    from multiserver.internal import state_dir
 
     state: Path | None = None
     with contextlib.suppress(MultiserverError, OSError):

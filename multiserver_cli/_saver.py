@@ -18,7 +18,8 @@ from pathlib import Path
 
 import attrs
 
-from multiserver import ChildInfo, DaemonPaths, SyncClient, escaped
+from multiserver import ChildInfo, DaemonPaths, SyncClient
+from multiserver.internal import escaped
 from multiserver_cli._sessions import ask_daemon, at_once
 from restore import Arrangement, ArrangementStore, SessionLeaf, ref_key
 

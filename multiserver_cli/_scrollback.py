@@ -21,7 +21,7 @@ from multiserver_cli._state import warn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from multiserver import DurableOutput
+    from multiserver.internal import DurableOutput
 
 
 # While output flows, what the terminal shows is written at most this often
@@ -56,7 +56,7 @@ class ScreenKeeper:
     def for_child(cls, instance_id: str, child_id: int, master: int) -> ScreenKeeper | None:
         """The keeper of child ``child_id`` of daemon instance
         ``instance_id`` (its files are in the state dir); None if it has none."""
-        from multiserver import KEPT_OUTPUT, DurableOutput, output_path, state_dir
+        from multiserver.internal import KEPT_OUTPUT, DurableOutput, output_path, state_dir
 
         try:  # in its daemon's state dir, which is the user's
             path = output_path(state_dir(), instance_id, child_id)
@@ -90,7 +90,7 @@ class ScreenKeeper:
             warn(f"could not keep what the session showed: {self.failed}")
 
     def _write(self) -> None:
-        from multiserver import bounded_argv, foreground
+        from multiserver.internal import bounded_argv, foreground
 
         try:
             self.kept.flush()

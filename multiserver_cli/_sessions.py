@@ -26,11 +26,8 @@ from multiserver import (
     SyncClient,
     TimedOut,
     UnsafeDirectory,
-    find_sockets,
-    record,
-    replaced,
-    unsafe_socket_dirs,
 )
+from multiserver.internal import find_sockets, record, replaced, unsafe_socket_dirs
 from multiserver_cli._dial import dial
 from multiserver_cli._errors import CliError
 from multiserver_cli._names import (
@@ -344,7 +341,7 @@ def as_kept(leaf: SessionLeaf) -> SessionLeaf:
     """A saved leaf as its daemon last kept it on disk (newer than the
     saved arrangement): where its program was, how it ended, and the
     output it showed last."""
-    from multiserver import replaced
+    from multiserver.internal import replaced
     from restore import kept_fields, kept_scrollback
 
     found = kept_fields(leaf.ref)

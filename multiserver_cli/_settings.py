@@ -40,7 +40,8 @@ import os
 import re
 from pathlib import Path
 
-from multiserver import ENVIRONMENT, AbsolutePath, Kind, Seconds, Setting, SettingError
+from multiserver import SettingError
+from multiserver.internal import ENVIRONMENT, AbsolutePath, Kind, Seconds, Setting
 from multiserver_cli.attach._keys import DEFAULT_DETACH
 
 FILE_NAME = "config.toml"
@@ -151,7 +152,8 @@ class Settings:
             return cls(path, {}, [])
         except OSError as exc:
             return cls(path, {}, [f"{path}: cannot read it: {exc.strerror}; not used"])
-        from multiserver import UnsafeDirectory, check_path_chain
+        from multiserver import UnsafeDirectory
+        from multiserver.internal import check_path_chain
 
         try:  # after the read: what passes now, nobody else could change before
             check_path_chain(path)

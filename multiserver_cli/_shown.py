@@ -31,13 +31,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from multiserver import (
-    MultiserverError,
-    check_private_dir,
-    ensure_private_dir,
-    runtime_dir,
-    write_whole,
-)
+from multiserver import MultiserverError
+from multiserver.internal import check_private_dir, ensure_private_dir, runtime_dir, write_whole
 
 _RECORD = re.compile(r"^([0-9a-f]+)-([0-9]+)$")
 DIR_NAME = "multiserver-shown"

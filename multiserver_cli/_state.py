@@ -48,7 +48,7 @@ KILL_WAIT = 3.0
 
 def warn(line: str) -> None:
     """One line on stderr, printable (it may quote a name or a path)."""
-    from multiserver import printable
+    from multiserver.internal import printable
 
     print(f"multiserver: {printable(line, lines=True)}", file=sys.stderr)
 

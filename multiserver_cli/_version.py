@@ -5,7 +5,8 @@ multiserver is one this one works with (``compatible``)."""
 
 from __future__ import annotations
 
-from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+from multiserver import PROTOCOL_VERSION
+from multiserver.internal import MIN_PROTOCOL_VERSION
 from multiserver_cli._errors import CliError
 
 TYPE_CHECKING = False

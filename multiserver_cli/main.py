@@ -14,7 +14,8 @@ import argparse
 import os
 import sys
 
-from multiserver import MultiserverError, printable
+from multiserver import MultiserverError
+from multiserver.internal import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import (
@@ -135,7 +136,8 @@ def _settle_settings(command: _args.Command, args: argparse.Namespace) -> None:
     flags were checked as they were parsed), then the command's settings
     decided (``SETTINGS``: config.toml, read only by the commands that use
     it). ``config`` reports a bad variable instead."""
-    from multiserver import SettingError, check_environment
+    from multiserver import SettingError
+    from multiserver.internal import check_environment
 
     try:
         if command is not config:

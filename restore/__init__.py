@@ -24,7 +24,7 @@ Opening the arrangement in a terminal (docs/layouts.md)::
 See docs/restore.md.
 """
 
-from multiserver import lazy_exports
+from multiserver.internal import lazy_exports
 
 # The public names, by the module that defines them, room by room. Each
 # loads on first use: the command line's fast path reads the store without

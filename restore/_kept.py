@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from multiserver import escaped, output_path, read_output, read_state, state_dir
+from multiserver.internal import escaped, output_path, read_output, read_state, state_dir
 from restore.store._model import RestorationRef, SessionLeaf
 from restore.store._rules import SCROLLBACK_LIMIT
 
@@ -64,7 +64,7 @@ def with_kept_state(leaf: SessionLeaf) -> SessionLeaf:
 
 def forget_kept(ref: RestorationRef | None) -> None:
     """The files the child of ``ref`` left go (its output is saved elsewhere now)."""
-    from multiserver import DurableOutput
+    from multiserver.internal import DurableOutput
 
     path = None if ref is None else _path(ref)
     if path is not None:

@@ -23,7 +23,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from multiserver import ClaimResult, Client, DaemonNotRunning, MultiserverError, close_fds, dial
+from multiserver import ClaimResult, Client, DaemonNotRunning, MultiserverError, dial
+from multiserver.internal import close_fds
 from restore._plan import DaemonTarget, Gone, Plan, match_children
 
 

@@ -33,7 +33,8 @@ from typing import Literal
 
 import attrs
 
-from multiserver import ChildInfo, describe_exit, screen_reset
+from multiserver import ChildInfo, describe_exit
+from multiserver.internal import screen_reset
 from restore.store._model import Arrangement, RestorationRef, SessionLeaf
 
 Outcome = Literal[

@@ -9,10 +9,9 @@ import inspect
 
 import pytest
 
-from multiserver import lazy_exports
-from multiserver._lazy import stub_path, stub_text
+from multiserver._lazy import lazy_exports, stub_path, stub_text
 
-LAZY_FACES = ("multiserver", "restore")
+LAZY_FACES = ("multiserver", "multiserver.internal", "restore")
 
 
 @pytest.mark.parametrize("package", LAZY_FACES)

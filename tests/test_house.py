@@ -238,8 +238,8 @@ def room_breaches(graph: dict[str, set[str]], outside: dict[str, set[str]]) -> l
 
 
 def rooms_that_hold_code() -> list[str]:
-    """The rooms (multiserver's subpackages but its public ``testing``)
-    whose ``__init__.py`` holds more than a docstring."""
+    """The rooms (multiserver's subpackages but its faces, ``testing`` and
+    ``internal``) whose ``__init__.py`` holds more than a docstring."""
     bad = []
     for name, module in shipped_modules().items():
         if not (module.is_package and name.startswith("multiserver.") and name.count(".") == 1):
@@ -251,7 +251,7 @@ def rooms_that_hold_code() -> list[str]:
             and isinstance(body[0].value, ast.Constant)
             and isinstance(body[0].value.value, str)
         )
-        if name != "multiserver.testing" and not docstring_only:
+        if name not in ("multiserver.testing", "multiserver.internal") and not docstring_only:
             bad.append(name)
     return bad
 
@@ -369,6 +369,20 @@ def test_no_code_tells_a_message_by_its_type_code() -> None:
     """``isinstance`` tells a message's class (there is one class of each):
     no ``is_a`` comparing type codes across families."""
     assert names_used("is_a", shipped_modules()) == []
+
+
+def test_the_face_is_one_list_and_holds_no_plumbing() -> None:
+    """``multiserver``'s names are its ``EXPORTS`` (what a terminal app
+    needs); what the project's own packages share besides is
+    ``multiserver.internal``'s, and no name is in both."""
+    import multiserver
+    import multiserver.internal
+
+    public, internal = set(multiserver.__all__), set(multiserver.internal.__all__)
+    assert public == {n for names in multiserver.EXPORTS.values() for n in names}
+    assert public & internal == set()
+    plumbing = {"record", "replaced", "lazy_exports", "write_whole", "Twin", "find_sockets"}
+    assert plumbing <= internal
 
 
 def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:

@@ -128,7 +128,7 @@ def twin_module_text(
     if public:
         out.append(f"    __all__ = [{', '.join(repr('Light' + n) for n in public)}]")
     out.append("else:")
-    out.append("    from multiserver import Twin")
+    out.append("    from multiserver.internal import Twin")
     out += [_class_source(c, omitted or {}) for c in classes]
     if public:
         out.append("")

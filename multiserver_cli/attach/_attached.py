@@ -20,15 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from multiserver import (
-    ChildExited,
-    ChildTaken,
-    ConnectionClosed,
-    OutputBuffer,
-    describe_exit,
-    exit_status,
-    mutable_record,
-)
+from multiserver import ChildExited, ChildTaken, ConnectionClosed, describe_exit, exit_status
+from multiserver.internal import OutputBuffer, mutable_record
 from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
 from multiserver_cli._scrollback import ScreenKeeper
@@ -71,7 +64,7 @@ def _size_pty(master: int, rows: int, cols: int) -> None:
     """The PTY sized by this client, which holds its master (on a relayed
     terminal, so that keys sent after a resize come after it; the daemon is
     told too, and its own resize then changes nothing)."""
-    from multiserver import set_winsize  # loaded only by the few that need it
+    from multiserver.internal import set_winsize
 
     set_winsize(master, rows, cols)
 

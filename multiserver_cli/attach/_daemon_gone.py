@@ -125,7 +125,7 @@ class DaemonGone:
                 return
             except ConnectionClosed:
                 pass
-        from multiserver import set_winsize  # loaded only by the few that need it
+        from multiserver.internal import set_winsize
 
         with contextlib.suppress(OSError):
             set_winsize(self.master, rows, cols)

@@ -57,7 +57,7 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
     with open_saved() as saved:
         notice = take_notice(saved, f"{host_name}:{name}")
     if notice:
-        from multiserver import strip_for_terminal
+        from multiserver.internal import strip_for_terminal
 
         os.write(sys.stdout.fileno(), strip_for_terminal(notice))
     words = ["attach", *detach_words(args)]
@@ -184,7 +184,7 @@ def _reset_terminal() -> None:
     """The one reset (``screen_reset``) where the remote program's screen
     ends without its own attach's: its modes were never followed here (ssh
     writes to the terminal itself), so all of them are undone."""
-    from multiserver import screen_reset
+    from multiserver.internal import screen_reset
 
     with contextlib.suppress(OSError):
         os.write(sys.stdout.fileno(), screen_reset(None))
@@ -212,7 +212,7 @@ def _waits() -> Iterator[float]:
 
 
 def _say(line: str) -> None:
-    from multiserver import printable
+    from multiserver.internal import printable
 
     os.write(sys.stderr.fileno(), f"\r\n{printable(line)}\r\n".encode())
 

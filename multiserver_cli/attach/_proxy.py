@@ -29,7 +29,8 @@ import time
 import tty
 from collections.abc import Callable, Iterator
 
-from multiserver import OutputBuffer, ReplayEnd, ScreenModes
+from multiserver import ReplayEnd
+from multiserver.internal import OutputBuffer, ScreenModes
 from multiserver_cli.attach._keys import DetachMatcher
 from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, guard_replay
 from multiserver_cli.attach._tty import is_terminal, real_tty

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import re
 
-from multiserver import for_terminal, unfinished_at
+from multiserver import for_terminal
+from multiserver.internal import unfinished_at
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

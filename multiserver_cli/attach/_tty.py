@@ -104,7 +104,7 @@ def say(line: str, at_line_start: bool = False) -> None:
     """A status line for the person at the terminal, on a line of its own
     (a new line first unless the output shown last ended one); printable:
     it may quote a session's name."""
-    from multiserver import printable
+    from multiserver.internal import printable
 
     line = printable(line)
     if not is_terminal(1):

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli import _state
 from multiserver_cli._format import print_json, socket_text, table
 
@@ -62,7 +62,7 @@ def identity(path: Path) -> tuple[int, int, int] | None:
 def write_report(path: Path, out: dict[str, object]) -> None:
     """Whole or not at all (another restore may read it the moment the lock
     is free); a report that cannot be written costs only the waiter's copy."""
-    from multiserver import write_whole
+    from multiserver.internal import write_whole
 
     try:
         write_whole(path, json.dumps(out).encode())

@@ -155,7 +155,7 @@ def _claimed(
 ) -> int:
     """Be the terminal of the child ``result`` claimed on ``client`` (or
     show how it ended), under the name the user knows it by."""
-    from multiserver import replaced
+    from multiserver.internal import replaced
     from multiserver_cli import _saved
     from multiserver_cli._sessions import bounded
     from multiserver_cli.attach import _attached

@@ -26,7 +26,8 @@ def run(args: Namespace) -> int:
     import os
     import sys
 
-    from multiserver import SettingError, printable
+    from multiserver import SettingError
+    from multiserver.internal import printable
     from multiserver_cli._format import print_json, table
     from multiserver_cli._settings import SETTINGS, Settings
 
@@ -76,13 +77,13 @@ def _resolved_shell() -> tuple[str, str]:
 
 
 def _runtime_dir() -> object:
-    from multiserver import runtime_dir
+    from multiserver.internal import runtime_dir
 
     return runtime_dir()
 
 
 def _state_dir() -> object:
-    from multiserver import state_dir
+    from multiserver.internal import state_dir
 
     return state_dir()
 

@@ -67,14 +67,8 @@ def _report(args: Namespace) -> int:
     """``daemon --json``: what each running daemon (``--daemon N``: that one)
     says of itself, and its lock file of how it was started; one that does
     not answer is a row with its ``error``, and the status 1."""
-    from multiserver import (
-        DaemonPaths,
-        MultiserverError,
-        dial_blocking,
-        find_sockets,
-        open_fd_count,
-        read_origin,
-    )
+    from multiserver import DaemonPaths, MultiserverError, dial_blocking
+    from multiserver.internal import find_sockets, open_fd_count, read_origin
     from multiserver_cli._args import only_daemon
     from multiserver_cli._format import print_json
     from multiserver_cli._sessions import deadline
@@ -122,7 +116,8 @@ def _foreground(args: Namespace) -> int:
     """The daemon itself, in this process, until it exits."""
     import logging
 
-    from multiserver import DaemonPaths, LockBusy, config_from_env, run_foreground
+    from multiserver import DaemonPaths
+    from multiserver.internal import LockBusy, config_from_env, run_foreground
 
     paths = DaemonPaths.for_number(args.daemon)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentParser, Namespace
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli._args import SettingFlag
 from multiserver_cli._errors import CliError
 
@@ -65,7 +65,7 @@ def run(args: Namespace) -> int:
 
 
 def _add(args: Namespace) -> int:
-    from multiserver import replaced
+    from multiserver.internal import replaced
     from multiserver_cli._version import compatible
     from restore import (
         Host,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from argparse import ArgumentParser, Namespace
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 

@@ -50,7 +50,7 @@ def run(args: Namespace) -> int:
         # shows a pane's path, not where it started (issue 36).
         view = survey(saved, _args.only_daemon(args), foreground=not args.names)
         theirs = [leaf for leaf in saved.leaves() if leaf.host is not None]
-    from multiserver import printable
+    from multiserver.internal import printable
 
     if args.names:
         names = [s.name for s in sessions(view)] + [leaf.name for leaf in theirs]
@@ -166,7 +166,7 @@ def child_json(
     child: ChildInfo, socket: str, instance_id: str, *, saved: bool
 ) -> dict[str, object]:
     """A session for ``ls --json``; ``saved``: whether a saved session refers to it."""
-    from multiserver import escaped
+    from multiserver.internal import escaped
 
     return {
         "name": child.name,
@@ -193,7 +193,7 @@ def child_json(
 def _where_now(s: Session) -> Session:
     """A session with its child's cwd where its foreground process is, when
     the daemon could tell."""
-    from multiserver import replaced
+    from multiserver.internal import replaced
 
     if s.child is None or not s.child.fg_cwd or s.child.fg_cwd == s.child.cwd:
         return s
@@ -245,7 +245,7 @@ def _saved_json(leaf: SessionLeaf, state: str) -> dict[str, object]:
     a live one (those only a live child has null), ``saved`` true, and
     ``state`` "exited" (its program ended unseen, its daemon gone) or "not
     running" (``detail`` says why, and what brings it back)."""
-    from multiserver import escaped
+    from multiserver.internal import escaped
 
     ref = leaf.ref
     return {

@@ -11,7 +11,7 @@ import argparse
 import os
 from argparse import ArgumentParser, Namespace
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 
@@ -222,7 +222,7 @@ def _saved_screen(saved: Saved, name: str) -> SessionLeaf | None:
         return None
     if leaf is None:
         return None
-    from multiserver import replaced
+    from multiserver.internal import replaced
     from restore import kept_scrollback
 
     kept = kept_scrollback(leaf.ref)  # what its daemon kept on disk: the newest
@@ -233,7 +233,7 @@ def _keep_screen(saved: Saved, name: str, old: SessionLeaf | None, why: str) -> 
     """``--relaunch``: the session ``name`` just started again keeps, for
     its first attach, what its earlier run showed (``old``'s scrollback and
     unseen notice) and the marker saying ``why`` (``relaunch_notice``)."""
-    from multiserver import replaced
+    from multiserver.internal import replaced
     from multiserver_cli._state import warn
     from restore import StoreError, relaunch_notice
 
@@ -278,7 +278,7 @@ def _new_there(host_name: str, args: Namespace) -> int:
     detached, then attached: an attach is what reconnects after a drop (a
     second ``new`` would find the name taken). It is saved here as
     HOST:NAME, for restore."""
-    from multiserver import replaced
+    from multiserver.internal import replaced
     from multiserver_cli import _remote
     from multiserver_cli._sessions import check_name
     from multiserver_cli.attach import _over_ssh

@@ -71,7 +71,7 @@ def _last(output: bytes, limit: int | None) -> bytes:
     daemon cuts its own), or all of it."""
     if limit is None or len(output) <= limit:
         return output
-    from multiserver import safe_start
+    from multiserver.internal import safe_start
 
     return output[safe_start(output, len(output) - limit) :]
 
@@ -80,7 +80,7 @@ def _show(output: bytes) -> None:
     """``output`` on stdout: byte-exact, unless stdout is a terminal."""
     out = sys.stdout.buffer
     if out.isatty():
-        from multiserver import screen_reset, strip_for_terminal
+        from multiserver.internal import screen_reset, strip_for_terminal
 
         shown = strip_for_terminal(output)
         output = shown + screen_reset(shown) if shown else b""

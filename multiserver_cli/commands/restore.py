@@ -19,7 +19,7 @@ import os
 import sys
 from argparse import ArgumentParser, Namespace
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError
 
@@ -96,7 +96,7 @@ async def run(args: Namespace) -> int:
     one, that one's outcomes (see the module's docstring)."""
     import trio
 
-    from multiserver import LockBusy, ensure_private_dir, state_dir, try_lock
+    from multiserver.internal import LockBusy, ensure_private_dir, state_dir, try_lock
     from multiserver_cli import _state
     from multiserver_cli.commands import _report
 
@@ -151,7 +151,7 @@ def quick(args: Namespace) -> int | None:
     ``--open``): ``run`` does it."""
     import time
 
-    from multiserver import (
+    from multiserver.internal import (
         LockBusy,
         ensure_private_dir,
         find_sockets,

@@ -21,7 +21,7 @@ import sys
 from argparse import ArgumentParser, Namespace
 from collections.abc import Sequence
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli import _args
 from multiserver_cli._errors import CliError, UsageError
 from multiserver_cli.commands import attach, new
@@ -126,7 +126,7 @@ def attached_session(argv: Sequence[str]) -> str | None:
     import io
     from pathlib import Path
 
-    from multiserver import NAME_RE
+    from multiserver.internal import NAME_RE
 
     rest: list[str] | None = None
     # The program itself, or a Python running it: its options, then the

@@ -181,7 +181,7 @@ def _any_spec() -> ServiceSpec:
 
 def _write(path: Path, data: bytes) -> None:
     """Whole or not at all: a unit half-written is worse than none."""
-    from multiserver import write_whole
+    from multiserver.internal import write_whole
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,8 @@ def add_arguments(p: ArgumentParser) -> None:
 def run(args: Namespace) -> int:
     if args.host is not None:
         return _upgrade_there(args.host)
-    from multiserver import DaemonPaths, find_sockets
+    from multiserver import DaemonPaths
+    from multiserver.internal import find_sockets
     from multiserver_cli._args import only_daemon
 
     number = only_daemon(args)
@@ -56,13 +57,13 @@ def upgrade_one(socket: Path, *, explicit: bool) -> tuple[str, bool]:
     import time
 
     from multiserver import (
-        UPGRADE_VERSION,
         DaemonNotRunning,
         DaemonPaths,
         MultiserverError,
         RequestFailed as Refused,
         dial_blocking,
     )
+    from multiserver.internal import UPGRADE_VERSION
 
     paths = DaemonPaths.for_socket(socket)
     label = f"daemon {paths.number}"
@@ -115,7 +116,7 @@ def _version(server: str) -> str:
 
 def _upgrade_there(host_name: str) -> int:
     """``upgrade --host H``: the host's own ``multiserver upgrade``."""
-    from multiserver import printable
+    from multiserver.internal import printable
     from multiserver_cli._remote import host_of, passed
     from restore import run_remote
 

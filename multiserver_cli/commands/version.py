@@ -15,7 +15,8 @@ def add_arguments(p: ArgumentParser) -> None:
 
 
 def run(args: Namespace) -> int:
-    from multiserver import MIN_PROTOCOL_VERSION, PROTOCOL_VERSION
+    from multiserver import PROTOCOL_VERSION
+    from multiserver.internal import MIN_PROTOCOL_VERSION
     from multiserver_cli._format import print_json
     from multiserver_cli._version import version_info
 

@@ -52,7 +52,7 @@ from typing import Any
 
 import attrs
 
-from multiserver import escaped
+from multiserver.internal import escaped
 from multiserver_cli._errors import CliError
 from multiserver_cli._launcher import launcher as launcher
 

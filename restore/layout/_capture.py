@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 
-from multiserver import NAME_RE
+from multiserver.internal import NAME_RE
 from restore.layout._kitty import Kitty
 from restore.layout._layout import SeenTab, merge_layout
 from restore.layout._terminals import ReadPane, ReadTab

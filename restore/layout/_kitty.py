@@ -20,7 +20,8 @@ from typing import Any
 
 import attrs
 
-from multiserver import UntrustedPeer, verify_peer
+from multiserver import UntrustedPeer
+from multiserver.internal import verify_peer
 from restore.layout._layout import LayoutError, Op, OpenTab, SplitPane, kitty_pairs
 from restore.layout._terminals import COMMAND_TIMEOUT, ReadPane, ReadTab, TerminalError, run_control
 

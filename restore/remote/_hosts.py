@@ -20,13 +20,8 @@ import os
 import re
 from pathlib import Path
 
-from multiserver import (
-    UnsafeDirectory,
-    check_path_chain,
-    ensure_private_dir,
-    record,
-    write_whole,
-)
+from multiserver import UnsafeDirectory
+from multiserver.internal import check_path_chain, ensure_private_dir, record, write_whole
 from restore.remote._errors import HostSettingError, HostsFileError
 
 HOST_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -168,7 +163,7 @@ def config_dir() -> Path:
     given = os.environ.get("MULTISERVER_CONFIG_DIR")
     if given:
         return Path(given)
-    from multiserver import user_dir
+    from multiserver.internal import user_dir
 
     return user_dir("config")
 

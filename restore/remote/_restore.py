@@ -36,7 +36,7 @@ from typing import Protocol
 import attrs
 import trio
 
-from multiserver import replaced
+from multiserver.internal import replaced
 from restore._build import RestoredSession
 from restore._plan import (
     Decision,

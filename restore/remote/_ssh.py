@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from multiserver import ensure_private_dir, from_environment, runtime_dir
+from multiserver.internal import ensure_private_dir, from_environment, runtime_dir
 from restore.remote._errors import FailureKind, HostFailure
 from restore.remote._hosts import Host
 

@@ -28,13 +28,8 @@ from pathlib import Path
 import attrs
 import cattrs
 
-from multiserver import (
-    MultiserverError,
-    check_private_dir,
-    ensure_private_dir,
-    runtime_dir,
-    unlink_if_same,
-)
+from multiserver import MultiserverError
+from multiserver.internal import check_private_dir, ensure_private_dir, runtime_dir, unlink_if_same
 from restore.store._schema import _exact
 
 DIR_NAME = "multiserver-held"

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from restore.store._model import SessionLeaf as LightSessionLeaf
     __all__ = ['LightRestorationRef', 'LightSessionLeaf']
 else:
-    from multiserver import Twin
+    from multiserver.internal import Twin
 
 
     class RestorationRef(Twin):

@@ -27,7 +27,8 @@ import json
 import os
 import sqlite3
 
-from multiserver import MultiserverError, check_private_dir, twin_structurers
+from multiserver import MultiserverError
+from multiserver.internal import check_private_dir, twin_structurers
 from restore.store import _light_model as twins
 from restore.store._rules import (
     BYTES_FIELDS,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from multiserver import KEPT_OUTPUT, NAME_RE, safe_start
+from multiserver.internal import KEPT_OUTPUT, NAME_RE, safe_start
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

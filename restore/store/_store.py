@@ -65,7 +65,7 @@ from typing import TypeVar
 
 import attrs
 
-from multiserver import ensure_private_dir, state_dir
+from multiserver.internal import ensure_private_dir, state_dir
 from restore.store._errors import StoreCorrupt, StoreTooNew, _translated
 from restore.store._file import (
     SCHEMA_VERSION,

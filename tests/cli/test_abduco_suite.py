@@ -34,7 +34,7 @@ import shutil
 import pytest
 import trio
 
-from multiserver import screen_reset
+from multiserver.internal import screen_reset
 from tests.cli.conftest import (
     MULTISERVER,
     SCREEN_TIMEOUT,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from multiserver import ChildInfo, replaced
+from multiserver import ChildInfo
+from multiserver.internal import replaced
 from multiserver_cli._names import (
     Ambiguous,
     Create,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from multiserver import printable
+from multiserver.internal import printable
 from multiserver_cli._format import table
 from multiserver_cli._layouts import _one_line
 from multiserver_cli.commands import _report

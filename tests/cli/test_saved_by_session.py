@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from multiserver import ChildInfo, state_dir
+from multiserver import ChildInfo
+from multiserver.internal import state_dir
 from multiserver_cli import _saved, _state
 from restore import (
     Arrangement,

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from multiserver import DurableOutput, open_client, output_path, read_output, read_state, state_dir
+from multiserver import open_client
+from multiserver.internal import DurableOutput, output_path, read_output, read_state, state_dir
 from multiserver_cli._scrollback import ScreenKeeper
 from restore import ArrangementStore, SessionLeaf
 from restore._plan import RELAUNCH_MARKER

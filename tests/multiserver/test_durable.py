@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from multiserver import DurableOutput, read_output, read_state
 from multiserver._durable import instance_dir, output_path
+from multiserver.internal import DurableOutput, read_output, read_state
 
 KEEP = 64 * 1024
 

@@ -17,15 +17,10 @@ import trio
 
 import multiserver.client._start
 from adopter._sweep import _remove_stale
-from multiserver import (
-    DaemonNotRunning,
-    UnsafeDirectory,
-    connect_or_start,
-    remove_stale_socket,
-    unlink_if_same,
-)
+from multiserver import DaemonNotRunning, UnsafeDirectory, connect_or_start
 from multiserver._errors import DaemonAlreadyRunning
 from multiserver.daemon._files import DaemonFiles
+from multiserver.internal import remove_stale_socket, unlink_if_same
 from multiserver.system._paths import try_lock
 from tests.conftest import MsDirs
 

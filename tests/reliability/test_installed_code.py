@@ -174,7 +174,7 @@ async def test_the_service_command_lines_import_nothing_from_the_cwd(
 
 def _kept_line(ms_dirs: MsDirs, name: str) -> bool:
     """Whether the output file of ``name`` holds its line (within the bound)."""
-    from multiserver import output_path, read_output
+    from multiserver.internal import output_path, read_output
 
     def kept() -> bool:
         with ArrangementStore.open() as store:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from multiserver import screen_reset
+from multiserver.internal import screen_reset
 from tests.cli.conftest import Terminal, cmdline, session_pids
 from tests.conftest import MsDirs, daemon_pids_under, frozen, wait_until
 from tests.procs import is_dead

@@ -10,7 +10,8 @@ from typing import Any
 import attrs
 import pytest
 
-from multiserver import ChildInfo, replaced, screen_reset
+from multiserver import ChildInfo
+from multiserver.internal import replaced, screen_reset
 from restore import Arrangement, PendingLaunch, RestorationRef, SessionLeaf, Split, Tab, Window
 from restore._plan import (
     ATTACH_SHARE,

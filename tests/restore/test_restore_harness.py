@@ -22,7 +22,8 @@ import pytest
 import trio
 import trio.testing
 
-from multiserver import DaemonPaths, MultiserverError, open_client, screen_reset
+from multiserver import DaemonPaths, MultiserverError, open_client
+from multiserver.internal import screen_reset
 from multiserver.testing import Behavior, Claim, Collect, Hello, Launch, SimChild, SimDaemon
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf, Tab, Window
 from restore._build import RestoredSession

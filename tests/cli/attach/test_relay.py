@@ -19,7 +19,7 @@ import tty
 import pytest
 from hypothesis import given, strategies as st
 
-from multiserver import set_winsize
+from multiserver.internal import set_winsize
 from multiserver_cli.attach._relay import _pump
 from multiserver_cli.attach._relay_codec import (
     Decoder,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from multiserver import screen_reset
+from multiserver.internal import screen_reset
 from restore import RELAUNCH_MARKER
 from tests.cli.attach import test_attach_tmux
 from tests.cli.attach.test_attach_tmux import GIVEN_BACK, TmuxWindow

@@ -169,7 +169,8 @@ async def test_planted_socket_is_never_connected_to(ms_dirs: MsDirs, kind: str, 
 INTRUDER = """
 import json, os, socket, sys
 import trio
-from multiserver import RequestFailed, handshake
+from multiserver import RequestFailed
+from multiserver.internal import handshake
 from multiserver.protocol._codec import NEED_DATA, Codec
 from multiserver.protocol._messages import PROTOCOL_VERSION, Hello
 from multiserver.protocol._wire import FramedSocket

@@ -8,7 +8,7 @@ from typing import ClassVar
 import attrs
 import pytest
 
-from multiserver import mutable_record, record, replaced
+from multiserver.internal import mutable_record, record, replaced
 
 
 def _pair(decorate: object) -> type:

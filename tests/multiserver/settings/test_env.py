@@ -4,7 +4,8 @@ environments are checked in test_daemon.py and tests/cli/test_env_real.py."""
 
 from __future__ import annotations
 
-from multiserver import DEFAULT_STRIP_ENV, launch_env, strip_env
+from multiserver import launch_env
+from multiserver.internal import DEFAULT_STRIP_ENV, strip_env
 from multiserver.settings._env import NEVER_INHERITED, child_env, env_patterns
 
 

@@ -42,15 +42,17 @@ from multiserver import (
     DaemonPaths,
     UnsafeDirectory,
     UntrustedPeer,
-    check_path_chain,
     connect,
     dial_blocking,
-    ensure_private_dir,
     open_client,
+)
+from multiserver.client._spawn import connect_blocking
+from multiserver.internal import (
+    check_path_chain,
+    ensure_private_dir,
     runtime_dir,
     unsafe_socket_dirs,
 )
-from multiserver.client._spawn import connect_blocking
 from tests.conftest import MsDirs, daemon_pids_under
 from tests.multiserver.system.other_user import (
     NOBODY,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="macOS asks pla
 PROBE = """
 import json, sys, warnings
 warnings.simplefilter("error")
-from multiserver import runtime_dir, state_dir, user_dir
+from multiserver.internal import runtime_dir, state_dir, user_dir
 ours = {"runtime": str(runtime_dir()), "state": str(state_dir()), "config": str(user_dir("config"))}
 print(json.dumps({"ours": ours, "modules": "platformdirs" in sys.modules}))
 """

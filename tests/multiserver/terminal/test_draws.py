@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from multiserver import for_terminal, screen_reset
+from multiserver import for_terminal
+from multiserver.internal import screen_reset
 from multiserver.terminal._draws import ESCAPES, MODES, PARAM_MAX, SEQUENCES, Mode
 from multiserver.terminal._ecma48 import CSI, ESCAPE, decode, next_token
 from tests.multiserver.terminal.test_replay import QUERIES, answers, pyte_answers

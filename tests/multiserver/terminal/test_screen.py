@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyte
 import pytest
 
-from multiserver import ScreenModes, screen_reset
+from multiserver.internal import ScreenModes, screen_reset
 
 ST = b"\x1b\\"
 
