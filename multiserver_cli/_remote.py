@@ -31,9 +31,10 @@ from restore import (
     failed_answer,
     host_answer,
     leaf_there,
+    listing_of,
     load_hosts,
-    parse_listing,
     remote_json,
+    remote_sessions,
     run_remote,
     start_request,
     succeeded,
@@ -88,11 +89,9 @@ def list_hosts(
         # Bounded: ssh is killed at the host's timeout (run_remote).
         try:
             got = remote_json(host, LS, timeout=min(host.timeout, bound))
-            return parse_listing(host.name, got)
+            return remote_sessions(host.name, listing_of(host.name, got))
         except HostFailure as exc:
             return str(exc)
-        except ValueError as exc:
-            return f"{host.name}: answered garbage ({exc})"
 
     sessions: list[RemoteSession] = []
     problems: list[str] = []

@@ -82,11 +82,13 @@ EXPORTS = {
         "failed_answer",
         "host_answer",
         "leaf_there",
-        "listed_child",
-        "parse_listing",
+        "listing_of",
+        "remote_sessions",
         "start_request",
         "started_again",
     ),
+    # What a host answers (its ls --json): written there, read here.
+    "restore.remote._listing": ("ListedSession", "listing_json"),
     "restore.remote._errors": ("FailureKind", "HostFailure", "HostSettingError", "HostsFileError"),
     "restore.remote._hosts": (
         "Host",

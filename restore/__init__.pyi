@@ -81,8 +81,8 @@ from restore.remote._answers import (
     failed_answer as failed_answer,
     host_answer as host_answer,
     leaf_there as leaf_there,
-    listed_child as listed_child,
-    parse_listing as parse_listing,
+    listing_of as listing_of,
+    remote_sessions as remote_sessions,
     start_request as start_request,
     started_again as started_again,
 )
@@ -102,6 +102,10 @@ from restore.remote._hosts import (
     parse_grace as parse_grace,
     parse_timeout as parse_timeout,
     save_hosts as save_hosts,
+)
+from restore.remote._listing import (
+    ListedSession as ListedSession,
+    listing_json as listing_json,
 )
 from restore.remote._restore import (
     Carried as Carried,

@@ -14,9 +14,8 @@ from multiserver_cli import _args
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from multiserver import ChildInfo
     from multiserver_cli._names import Session
-    from restore import RemoteSession, SessionLeaf
+    from restore import ListedSession, RemoteSession, SessionLeaf
 
 NAME = "ls"
 HELP = "list the sessions of every daemon"
@@ -84,11 +83,18 @@ def run(args: Namespace) -> int:
     for problem in remote_problems:
         _state.warn(problem)
     if args.json:
+        from multiserver.internal import replaced
+        from restore import listing_json
+
+        # What a host answers when asked for its sessions: one schema,
+        # restore.remote._listing's, whoever reads it.
         print_json(
-            [_session_json(s, w) for s, w in zip(rows, waiting, strict=True)]
-            + [_saved_json(leaf, why) for leaf, _, why in kept]
-            + [{**r.raw, "host": r.host} for r in remote]
-            + [_saved_there_json(leaf, why) for leaf, why in gone]
+            listing_json(
+                [_session_row(s, w) for s, w in zip(rows, waiting, strict=True)]
+                + [_saved_row(leaf, why) for leaf, _, why in kept]
+                + [replaced(r.row, host=r.host) for r in remote]
+                + [_saved_there_row(leaf, why) for leaf, why in gone]
+            )
         )
     elif rows or kept or remote or gone:
         daemons = [s.daemon for s in rows] + [r.host for r in remote]
@@ -140,14 +146,15 @@ def _remote_sessions(
     return remote, problems, not_listed(theirs, remote, list(hosts), unanswered)
 
 
-def _saved_there_json(leaf: SessionLeaf, why: str) -> dict[str, object]:
+def _saved_there_row(leaf: SessionLeaf, why: str) -> ListedSession:
     """A saved session of another host that it does not list, for ``ls
     --json``: as a host's row (its name there, ``host``), with no live
     child (``id`` null), state "not running" and why (``detail``), as a
     local one has them."""
+    from multiserver.internal import replaced
 
-    row = _saved_json(leaf, f"saved, not running: {why}")
-    return {**row, "name": leaf.name.partition(":")[2], "host": leaf.host}
+    row = _saved_row(leaf, f"saved, not running: {why}")
+    return replaced(row, name=leaf.name.partition(":")[2], host=leaf.host)
 
 
 def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int] | None:
@@ -162,32 +169,38 @@ def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int]
     return _shown.unseen(c.buffered_bytes, c.dropped_bytes, records.get((s.instance_id, c.id), 0))
 
 
-def child_json(
-    child: ChildInfo, socket: str, instance_id: str, *, saved: bool
-) -> dict[str, object]:
-    """A session for ``ls --json``; ``saved``: whether a saved session refers to it."""
+def _session_row(s: Session, waiting: tuple[int, int] | None) -> ListedSession:
+    """A live session for ``ls --json``: its child (argv and cwd escaped
+    as ``ls`` shows them: caf\\xe9), its daemon, whether a saved session
+    refers to it, what it wrote since its last detach (0 while held)."""
     from multiserver.internal import escaped
+    from restore import ListedSession
 
-    return {
-        "name": child.name,
-        "id": child.id,
-        "pid": child.pid,
-        "state": child.state,
-        "exit_code": child.exit_code,
-        # bytes: an argv or cwd that is not UTF-8 escaped (caf\xe9), as `ls` shows it.
-        "argv": [escaped(a) for a in child.argv],
-        "cwd": escaped(child.cwd),
-        "tty": child.tty,
-        "held": child.held,
-        "buffered_bytes": child.buffered_bytes,
-        "dropped_bytes": child.dropped_bytes,
-        "started_at": child.started_at,
-        "exited_at": child.exited_at,
-        "linger": child.linger,
-        "socket": socket,
-        "daemon_instance": instance_id,
-        "saved": saved,
-    }
+    child = s.child
+    assert child is not None
+    waiting_bytes, waiting_dropped = waiting or (0, 0)
+    return ListedSession(
+        name=child.name,
+        id=child.id,
+        pid=child.pid,
+        state=child.state,
+        exit_code=child.exit_code,
+        argv=tuple(escaped(a) for a in child.argv),
+        cwd=escaped(child.cwd),
+        tty=child.tty,
+        held=child.held,
+        buffered_bytes=child.buffered_bytes,
+        dropped_bytes=child.dropped_bytes,
+        started_at=child.started_at,
+        exited_at=child.exited_at,
+        linger=child.linger,
+        socket=s.socket,
+        daemon_instance=s.instance_id,
+        saved=s.saved,
+        waiting_bytes=waiting_bytes,
+        waiting_dropped_bytes=waiting_dropped,
+        late_of=s.late_of or None,
+    )
 
 
 def _where_now(s: Session) -> Session:
@@ -240,42 +253,35 @@ def _saved_state(
     return "not running", f"saved, not running: {s.why_not_running}; restore starts it again"
 
 
-def _saved_json(leaf: SessionLeaf, state: str) -> dict[str, object]:
+def _saved_row(leaf: SessionLeaf, detail: str) -> ListedSession:
     """A saved session with no live child, for ``ls --json``: the fields of
     a live one (those only a live child has null), ``saved`` true, and
     ``state`` "exited" (its program ended unseen, its daemon gone) or "not
     running" (``detail`` says why, and what brings it back)."""
     from multiserver.internal import escaped
+    from restore import ListedSession
 
     ref = leaf.ref
-    return {
-        "name": leaf.name,
-        "id": None,
-        "pid": None,
-        "state": "not running" if leaf.exit_code is None else "exited",
-        "exit_code": leaf.exit_code,
-        "argv": [escaped(a) for a in leaf.argv],
-        "cwd": escaped(leaf.cwd),
-        "tty": None,
-        "held": False,
-        "buffered_bytes": len(leaf.scrollback or b""),
-        "dropped_bytes": 0,
-        "started_at": leaf.created_at or None,
-        "exited_at": None,
-        "linger": None,
-        "socket": None if ref is None else ref.socket,
-        "daemon_instance": None if ref is None else ref.instance_id,
-        "saved": True,
-        "detail": state,
-        "waiting_bytes": len(leaf.scrollback or b""),
-        "waiting_dropped_bytes": 0,
-    }
-
-
-def _session_json(s: Session, waiting: tuple[int, int] | None) -> dict[str, object]:
-    assert s.child is not None
-    out = child_json(s.child, s.socket, s.instance_id, saved=s.saved)
-    if s.late_of:
-        out["late_of"] = s.late_of
-    out["waiting_bytes"], out["waiting_dropped_bytes"] = waiting or (0, 0)
-    return out
+    kept = len(leaf.scrollback or b"")
+    return ListedSession(
+        name=leaf.name,
+        id=None,
+        pid=None,
+        state="not running" if leaf.exit_code is None else "exited",
+        exit_code=leaf.exit_code,
+        argv=tuple(escaped(a) for a in leaf.argv),
+        cwd=escaped(leaf.cwd),
+        tty=None,
+        held=False,
+        buffered_bytes=kept,
+        dropped_bytes=0,
+        started_at=leaf.created_at or None,
+        exited_at=None,
+        linger=None,
+        socket=None if ref is None else ref.socket,
+        daemon_instance=None if ref is None else ref.instance_id,
+        saved=True,
+        waiting_bytes=kept,
+        waiting_dropped_bytes=0,
+        detail=detail,
+    )

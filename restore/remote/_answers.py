@@ -1,11 +1,14 @@
 """What a host's answers mean (pure: no ssh, no store).
 
-A host is asked with its own ``multiserver ls --json``; its rows become
-ChildInfo (``listed_child``), the command line's rows (``parse_listing``)
-or the restore's HostAnswer (``host_answer``), and a failure to ask
-becomes the HostAnswer of its kind (``failed_answer``). A session is made
-there with ``new --relaunch`` (``start_request``) and saved here from the row its
-host lists for it (``leaf_there``).
+A host is asked with its own ``multiserver ls --json``, whose one schema
+is ``_listing``'s (``listing_of``: a listing, or the HostFailure that says
+what is wrong with it, in one line); its rows become ChildInfo
+(``listed_child``), the command line's rows (``remote_sessions``) or the
+restore's HostAnswer (``host_answer``), and a failure to ask becomes the
+HostAnswer of its kind (``failed_answer``). A session is made there with
+``new --relaunch`` (``start_request``: its answer is its exit status
+alone) and saved here from the row its host lists for it
+(``leaf_there``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from multiserver import ChildInfo
 from restore._plan import HostAnswer, HostChild
 from restore.remote._errors import HostFailure
 from restore.remote._hosts import Host
+from restore.remote._listing import ListedSession, ListingError, ListingTooNew, listing_from
 from restore.store._model import RestorationRef, SessionLeaf
 
 LS = ("ls", "--json")
@@ -26,101 +30,88 @@ LS = ("ls", "--json")
 
 @attrs.frozen
 class RemoteSession:
-    """A session of a host, as its ``ls --json`` gave it."""
+    """A running session of a host, as its ``ls --json`` gave it (``row``)."""
 
     host: str
     child: ChildInfo
     waiting: tuple[int, int] | None
-    raw: dict[str, object]
+    row: ListedSession
 
 
-def listed_child(raw: dict[str, object], name: str) -> ChildInfo:
-    """A session of a host's ``ls --json`` as a ChildInfo called ``name``
-    (``HOST:NAME`` for ``ls`` here, its own name for the adopter);
-    ValueError if it is not one."""
+def listing_of(host: str, got: object) -> list[ListedSession]:
+    """``host``'s answer to ``ls --json`` (its JSON, decoded) as a listing;
+    HostFailure if it is none: ``garbage`` (what is wrong, and where), or
+    ``error`` for a host newer than this side reads."""
     try:
-        return ChildInfo(
-            id=int(raw["id"]),  # type: ignore[call-overload]
-            pid=int(raw["pid"]),  # type: ignore[call-overload]
-            name=name,
-            argv=[str(a) for a in raw["argv"]],  # type: ignore[attr-defined]
-            cwd=str(raw["cwd"]),
-            tty=str(raw["tty"]),
-            rows=0,
-            cols=0,
-            state="exited" if raw["state"] == "exited" else "running",
-            exit_code=None if raw["exit_code"] is None else int(raw["exit_code"]),  # type: ignore[call-overload]
-            held=bool(raw["held"]),
-            buffered_bytes=int(raw["buffered_bytes"]),  # type: ignore[call-overload]
-            dropped_bytes=int(raw["dropped_bytes"]),  # type: ignore[call-overload]
-            started_at=float(raw["started_at"]),  # type: ignore[arg-type]
-            exited_at=None if raw["exited_at"] is None else float(raw["exited_at"]),  # type: ignore[arg-type]
-            linger=None if raw["linger"] is None else float(raw["linger"]),  # type: ignore[arg-type]
+        return listing_from(got)
+    except ListingTooNew as exc:
+        raise HostFailure(host, "error", f"{host}: {exc}") from None
+    except ListingError as exc:
+        raise HostFailure(host, "garbage", f"{host}: answered garbage ({exc})") from None
+
+
+def listed_child(row: ListedSession, name: str) -> ChildInfo:
+    """A running session of a host's listing (``row.id`` set: the reader
+    saw to its live fields) as a ChildInfo called ``name`` (``HOST:NAME``
+    for ``ls`` here, its own name for the adopter)."""
+    assert row.id is not None and row.pid is not None and row.started_at is not None
+    return ChildInfo(
+        id=row.id,
+        pid=row.pid,
+        name=name,
+        argv=list(row.argv),
+        cwd=row.cwd,
+        tty=row.tty or "",
+        rows=0,
+        cols=0,
+        state="exited" if row.state == "exited" else "running",
+        exit_code=row.exit_code,
+        held=row.held,
+        buffered_bytes=row.buffered_bytes,
+        dropped_bytes=row.dropped_bytes,
+        started_at=row.started_at,
+        exited_at=row.exited_at,
+        linger=row.linger,
+    )
+
+
+def remote_sessions(host: str, rows: Sequence[ListedSession]) -> list[RemoteSession]:
+    """The running sessions of ``host``'s listing, for ``ls`` here, each
+    as ``HOST:NAME``. A row saved there with no live child is left out:
+    nothing of it runs to reach."""
+    return [
+        RemoteSession(
+            host,
+            listed_child(row, f"{host}:{row.name}"),
+            None if row.held else (row.waiting_bytes, row.waiting_dropped_bytes),
+            row,
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"not a session: {exc}") from exc
-
-
-def parse_listing(host: str, answer: object) -> list[RemoteSession]:
-    """A host's ``ls --json`` answer, for ``ls`` here; ValueError if it is
-    not one (whatever is wrong with it: ``ls`` says it in the host's one
-    line and lists the other hosts)."""
-    if not isinstance(answer, list):
-        raise ValueError("its ls --json is not a list")
-    out = []
-    for raw in answer:
-        if not isinstance(raw, dict):
-            raise ValueError("its ls --json holds something that is not a session")
-        if raw.get("id", 0) is None:
-            continue  # saved there, with no live child: nothing of it runs to reach
-        name = raw.get("name")
-        if not isinstance(name, str):
-            raise ValueError(f"its ls --json holds a session with no name: {str(raw)[:60]!r}")
-        child = listed_child(raw, f"{host}:{name}")
-        waiting = None
-        if not child.held:
-            try:
-                waiting = (
-                    int(raw.get("waiting_bytes", 0)),
-                    int(raw.get("waiting_dropped_bytes", 0)),
-                )
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"not a session: {exc}") from exc
-        out.append(RemoteSession(host, child, waiting, raw))
-    return out
+        for row in rows
+        if row.id is not None
+    ]
 
 
 def host_answer(host: str, got: object) -> HostAnswer:
     """A host's ``ls --json`` answer, for the restore: its own sessions by
-    name, and every row as a whole (for the adopter). Rows that are not
-    sessions (an ended one whose daemon is gone there, garbage) are passed
-    over; an answer that is no list is ``failed``."""
-    if not isinstance(got, list):
-        return HostAnswer("failed", host, why=f"{host}: its ls --json is not a list")
+    name, and every running one as a whole (for the adopter). Sessions saved
+    there with no live child are passed over; an answer that is no listing
+    is ``failed``, whatever it holds (a row passed over would be a session
+    started again beside its own)."""
+    try:
+        rows = listing_of(host, got)
+    except HostFailure as exc:
+        return failed_answer(exc)
     sessions: dict[str, tuple[str, int, int, str, int | None]] = {}
     children: list[HostChild] = []
-    for raw in got:
-        try:
-            via = raw.get("host")
-            if via is None:  # its own sessions, not its hosts'
-                sessions[str(raw["name"])] = (
-                    str(raw["daemon_instance"]),
-                    int(raw["id"]),
-                    int(raw["pid"]),
-                    str(raw["state"]),
-                    None if raw["exit_code"] is None else int(raw["exit_code"]),
-                )
-            child = listed_child(raw, str(raw["name"]))
-            children.append(
-                HostChild(
-                    str(raw["socket"]),
-                    str(raw["daemon_instance"]),
-                    child,
-                    via=None if via is None else str(via),
-                )
-            )
-        except (AttributeError, KeyError, TypeError, ValueError):
+    for row in rows:
+        if row.id is None:
             continue
+        assert row.pid is not None and row.socket is not None
+        assert row.daemon_instance is not None
+        if row.host is None:  # its own sessions, not its hosts'
+            sessions[row.name] = (row.daemon_instance, row.id, row.pid, row.state, row.exit_code)
+        child = listed_child(row, row.name)
+        children.append(HostChild(row.socket, row.daemon_instance, child, via=row.host))
     return HostAnswer("listed", host, sessions, children=tuple(children))
 
 
@@ -153,24 +144,17 @@ def start_request(host: Host, name: str, argv: Sequence[str], cwd: str, why: str
 def leaf_there(host: Host, name: str, got: object) -> SessionLeaf:
     """The saved session ``HOST:NAME`` of a session just made on ``host``,
     from its ``ls --json`` (``got``): its command and cwd as the host has
-    them, and a ref to its child there. HostFailure (``garbage``) if the
-    host does not list it as one."""
-    for raw in got if isinstance(got, list) else []:
-        if isinstance(raw, dict) and raw.get("name") == name and raw.get("host") is None:
-            try:
-                ref = RestorationRef(
-                    str(raw["socket"]), str(raw["daemon_instance"]), int(raw["id"]), int(raw["pid"])
-                )
-                argv = [str(a) for a in raw["argv"]]
-            except (KeyError, TypeError, ValueError) as exc:
-                raise HostFailure(
-                    host.name, "garbage", f"{host.name}: answered garbage for {name}: {exc}"
-                ) from exc
+    them, and a ref to its child there. HostFailure if the host does not
+    list it running, or answers no listing."""
+    for row in listing_of(host.name, got):
+        if row.name == name and row.host is None and row.id is not None:
+            assert row.socket is not None and row.daemon_instance is not None
+            assert row.pid is not None
             return SessionLeaf(
                 f"{host.name}:{name}",
-                argv,
-                str(raw.get("cwd") or "/"),
-                ref=ref,
+                list(row.argv),
+                row.cwd or "/",
+                ref=RestorationRef(row.socket, row.daemon_instance, row.id, row.pid),
                 host=host.name,
                 created_at=time.time(),
             )

@@ -17,6 +17,7 @@ import pytest
 
 from multiserver_cli.main import build_parser, main
 from restore import ArrangementStore
+from restore.remote._listing import SCHEMA, listing_json, read_listing
 from tests.cli.conftest import listed, ms, ms_many, run_ms, wait_session
 from tests.conftest import MsDirs, daemon_pids_for, is_alive, is_dead, wait_until
 
@@ -36,10 +37,17 @@ LS_FIELDS = {
 
 
 async def ls_json(ms_dirs: MsDirs) -> list[dict[str, object]]:
+    """``ls --json``, read as JSON and, row for row, by the reader of what
+    a host answers (``restore.remote._listing``): the real output of a
+    real daemon is a listing of the one schema, at its version."""
     result = await ms(ms_dirs, "ls", "--json")
     assert result.stderr == b""
     parsed = json.loads(result.stdout)
     assert isinstance(parsed, list)
+    rows = read_listing(result.stdout)
+    assert [r.name for r in rows] == [p["name"] for p in parsed]
+    assert listing_json(rows) == parsed
+    assert all(p["schema"] == SCHEMA for p in parsed)
     return parsed
 
 
@@ -300,7 +308,7 @@ async def test_daemon_prints_its_socket_and_stop_refuses_while_sessions_run(
     (row,) = [line for line in lines if line.startswith("a ")]
     assert " not running " in row
     assert "  a: saved, not running: daemon 1 is not running; restore starts it again" in lines
-    [entry] = json.loads((await ms(ms_dirs, "ls", "--json")).stdout)
+    [entry] = await ls_json(ms_dirs)
     assert (entry["name"], entry["state"], entry["pid"], entry["saved"]) == (
         "a",
         "not running",

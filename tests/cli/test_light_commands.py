@@ -83,6 +83,9 @@ def test_ls_peek_and_new_import_nothing_heavy(ms_dirs: MsDirs, tmp_path: Path) -
         (tmp_path / "hosts.json").write_text(json.dumps({"format": 1, "hosts": []}))
         shown, heavy = _run(["ls"])
         assert "lt" in shown and heavy == []
+        # What a host answers: written through its schema, as lightly.
+        shown, heavy = _run(["ls", "--json"])
+        assert json.loads(shown)[0]["name"] == "lt" and heavy == []
         deadline = time.monotonic() + 10
         while "light-42" not in (shown := _run(["peek", "lt"]))[0]:
             assert time.monotonic() < deadline, shown

@@ -13,6 +13,7 @@ import pytest
 
 from multiserver import DaemonPaths, open_client
 from restore import ArrangementStore, RestorationRef, SessionLeaf
+from restore.remote._listing import read_listing
 from tests.cli.conftest import listed, ms, ms_many, run_ms, wait_session
 from tests.conftest import (
     MsDirs,
@@ -153,9 +154,13 @@ async def test_a_saved_name_is_one_session_the_other_child_is_its_late_original(
             ["sh", "-c", "echo two; sleep 100"], env=dict(os.environ), name="web", hold=False
         )
     two = launched.child.pid
-    rows = {r["name"]: r for r in json.loads((await ms(ms_dirs, "ls", "--json")).stdout)}
+    listing = (await ms(ms_dirs, "ls", "--json")).stdout
+    rows = {r["name"]: r for r in json.loads(listing)}
     assert sorted(rows) == ["web", "web-late"]
     assert rows["web-late"]["pid"] == two and rows["web-late"]["late_of"] == "web"
+    # As the one schema of what a host answers has it, read back.
+    late = {r.name: r for r in read_listing(listing)}["web-late"]
+    assert (late.pid, late.late_of, late.saved) == (two, "web", False)
     await wait_until(
         lambda: run_ms(ms_dirs, "peek", "web-late").stdout == b"two\r\n", 5.0, "web-late's output"
     )

@@ -4,6 +4,7 @@ the others are listed; a host is waited for as long as it was told."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -12,10 +13,12 @@ import pytest
 
 from restore import Host, HostsFileError, load_hosts, save_hosts
 from restore.remote._hosts import TIMEOUT_DEFAULT
+from restore.remote._listing import SCHEMA, read_listing
 from restore.remote._restore import remember_credential
 from tests.conftest import MsDirs
 from tests.remote.conftest import Remote
 from tests.remote.test_hosts import remotely, run
+from tests.restore.remote.test_listing import VERSION_0
 from tests.timing import COMMAND_SLACK
 
 
@@ -118,10 +121,51 @@ def test_one_host_answering_rows_without_a_name_is_its_own_line(
     listed = run(ms_dirs, sshd, "ls")
     assert listed.returncode == 1, listed.stderr
     (line,) = listed.stderr.splitlines()
-    assert line.startswith("multiserver: bad: answered garbage (its ls --json holds a session"), (
-        line
-    )
+    assert line == "multiserver: bad: answered garbage (ls --json row 0: no name)", line
     assert [row.split()[0] for row in listed.stdout.splitlines()[1:]] == ["db1:web"], listed.stdout
+
+
+def _answering(ms_dirs: MsDirs, sshd: Remote, name: str, listing: str) -> None:
+    """Host ``name``, whose "multiserver" answers ``listing`` whatever it
+    is asked."""
+    (ms_dirs.root / f"{name}.json").write_text(listing)
+    command = ms_dirs.root / f"{name}-ms"
+    command.write_text(f"#!/bin/sh\ncat {ms_dirs.root / f'{name}.json'}\n")
+    command.chmod(0o755)
+    added = run(
+        ms_dirs, sshd, "host", "add", name, "--ssh", sshd.alias, "--command", str(command),
+        "--no-check",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+
+
+def test_an_older_host_is_listed_and_a_newer_one_is_one_line(ms_dirs: MsDirs, sshd: Remote) -> None:
+    """A host whose multiserver prints the listing without a schema (as
+    every one did before it) is read as version 0; one of a newer schema
+    is its own line, saying what to do, and the others are listed."""
+    _answering(ms_dirs, sshd, "old", VERSION_0)
+    _answering(ms_dirs, sshd, "new", '[{"schema": 99, "name": "web", "id": "a new meaning"}]')
+
+    listed = run(ms_dirs, sshd, "ls")
+    assert listed.returncode == 1, listed.stderr
+    (line,) = listed.stderr.splitlines()
+    assert line == (
+        'multiserver: new: ls --json row 0 ("web") is of schema 99, newer than this'
+        f" multiserver reads (0 to {SCHEMA}): upgrade multiserver here"
+    ), line
+    # Its running sessions (saved ones with no program are not for ls here).
+    names = [row.split()[0] for row in listed.stdout.splitlines()[1:]]
+    assert names == ["old:one", "old:one-late", "old:five", "old:web"], listed.stdout
+
+    as_json = run(ms_dirs, sshd, "ls", "--json")
+    rows = read_listing(as_json.stdout)
+    assert [(r.name, r.host) for r in rows] == [
+        ("one", "old"),
+        ("one-late", "old"),
+        ("five", "old"),
+        ("web", "old"),
+    ]
+    assert all(r["schema"] == SCHEMA for r in json.loads(as_json.stdout))
 
 
 def test_host_add_waits_for_its_own_timeout(ms_dirs: MsDirs, sshd: Remote) -> None:
