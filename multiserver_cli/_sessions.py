@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -99,7 +98,13 @@ def at_once(items: Sequence[A], fn: Callable[[A], R]) -> list[R]:
     def one(i: int) -> None:
         answers[i] = fn(items[i])
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(items))]
+    threads = []
+    if len(items) > 1:
+        import threading  # not for one daemon, the common case: ls need not load it
+
+        threads = [
+            threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(items))
+        ]
     for t in threads:
         t.start()
     if items:

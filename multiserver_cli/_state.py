@@ -20,7 +20,6 @@ Blocking calls only (the command line's fast path imports no trio).
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import time
 from pathlib import Path
@@ -202,10 +201,12 @@ def _end_child(ref: RestorationRef, deadline: float) -> None:
 
 
 def end_child(
-    client: SyncClient, child_id: int, signum: int = signal.SIGHUP, *, escalate: bool = True
+    client: SyncClient, child_id: int, signum: int | None = None, *, escalate: bool = True
 ) -> int | None:
-    """Signal the child and wait for its exit notice; SIGKILL after KILL_WAIT
-    if ``escalate``. Returns its exit code, or None if it still runs."""
+    """Signal the child (``signum``, SIGHUP if None) and wait for its exit
+    notice; SIGKILL after KILL_WAIT if ``escalate``. Returns its exit code,
+    or None if it still runs."""
+    import signal  # here, not at the top: ls and peek need not load it
 
     def wait_exit(until: float) -> int | None:
         while True:
@@ -216,7 +217,7 @@ def end_child(
                 return notice.exit_code
 
     with contextlib.suppress(RequestFailed):
-        client.signal(child_id, signum)
+        client.signal(child_id, signal.SIGHUP if signum is None else signum)
     code = wait_exit(time.monotonic() + KILL_WAIT)
     if code is None and escalate:
         with contextlib.suppress(RequestFailed):
