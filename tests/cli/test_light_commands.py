@@ -254,3 +254,24 @@ def test_a_word_nobody_takes_points_to_the_help_of_its_command(
     assert capsys.readouterr().err == (
         f"multiserver: unrecognized arguments: --bogus (see: {help_of} --help)\n"
     )
+
+
+def test_each_command_is_the_module_of_its_name_and_only_it_is_loaded() -> None:
+    """``main`` names the commands; each is ``commands/NAME.py``, loaded
+    when the command line names it, and every module there is one."""
+    from multiserver_cli import commands
+    from multiserver_cli.main import COMMAND_NAMES, load_command
+
+    here = Path(commands.__file__).parent
+    assert sorted(COMMAND_NAMES) == sorted(
+        p.stem for p in here.glob("*.py") if not p.stem.startswith("_")
+    )
+    for name in COMMAND_NAMES:
+        assert load_command(name).NAME == name
+    code = (
+        "import sys; from multiserver_cli.main import build_parser; "
+        "build_parser(['peek', 'x']).parse_args(['peek', 'x']); "
+        "print(sorted(m for m in sys.modules if m.startswith('multiserver_cli.commands.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['multiserver_cli.commands.peek']"
