@@ -267,7 +267,7 @@ def test_each_command_is_the_module_of_its_name_and_only_it_is_loaded() -> None:
         p.stem for p in here.glob("*.py") if not p.stem.startswith("_")
     )
     for name in COMMAND_NAMES:
-        assert load_command(name).NAME == name
+        assert name == load_command(name).NAME
     code = (
         "import sys; from multiserver_cli.main import build_parser; "
         "build_parser(['peek', 'x']).parse_args(['peek', 'x']); "
