@@ -107,6 +107,11 @@ class Client:
             self._break(exc)
         except trio.ClosedResourceError:
             self._break(ConnectionClosed("connection closed"))
+        finally:
+            # Stopped any other way (its nursery cancelled), it reads no
+            # answer any more: a request that waits for one, shielded even,
+            # fails now instead of waiting for ever.
+            self._break(ConnectionClosed("connection no longer read (its reader was cancelled)"))
 
     def _route(self, event: Event) -> None:
         msg = event.message
