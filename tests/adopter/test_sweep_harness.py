@@ -5,7 +5,7 @@ milliseconds of wall time.
 Every test gets a private runtime dir (``ms_dirs``, MULTISERVER_RUNTIME_DIR,
 mode 0700) where sims listen at ``multiserver-daemon-N.socket``, and a private
 short-path fallback dir (``multiserver.system._paths.fallback_dir`` is replaced), so
-a sweep never sees the machine's real sockets.
+a sweep never sees the machine's real sockets (``tests/adopter/conftest.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,78 +35,30 @@ from adopter import (
     late_notice,
     sweep,
 )
-from multiserver import ChildInfo, DaemonPaths, MultiserverError, describe_exit, open_client
+from multiserver import ChildInfo, DaemonPaths, describe_exit, open_client
 from multiserver.system._paths import try_lock
 from multiserver.testing import Behavior, Claim, Collect, Hello, SimChild, SimDaemon
 from restore import (
     ATTACH_SHARE,
     Arrangement,
     ArrangementStore,
-    RestorationRef,
     SessionLeaf,
     StoreError,
-    Tab,
-    Window,
 )
 from restore._partial import DaemonAttachment
 from restore._restore import RestoreResult, release_claims, restore_arrangement
-from tests.conftest import MsDirs
+from tests.adopter.conftest import Dirs, arranged, leaf_of
+from tests.sims import no_fd_leak, serving, sim_at
 from tests.timing import HARNESS_TIMEOUT, by_deadline, connections_settle, within
 
 TIMEOUT = HARNESS_TIMEOUT  # restore's deadline in the late-arrival tests: no default's
 ATTACH_BY = ATTACH_SHARE * TIMEOUT  # when its phase stops waiting for daemons
 LATE = 15.0  # when a slow daemon answers restore's claim
 
+pytestmark = pytest.mark.usefixtures("no_real_daemons")
+
 
 # --- helpers -----------------------------------------------------------------------
-
-
-@attrs.frozen
-class Dirs:
-    runtime: Path
-    fallback: Path
-    root: Path
-
-
-@pytest.fixture(autouse=True)
-def no_real_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A relaunch that finds no sim must not spawn a real daemon."""
-
-    async def refuse(*_args: Any, **_kw: Any) -> int:
-        raise MultiserverError("daemon failed to start: no real daemons in harness tests")
-
-    monkeypatch.setattr("multiserver.client._start.start_daemon", refuse)
-
-
-@pytest.fixture
-def dirs(ms_dirs: MsDirs, monkeypatch: pytest.MonkeyPatch) -> Dirs:
-    """The runtime dir (created 0700) and a private fallback dir (absent until
-    a test makes it)."""
-    ms_dirs.runtime.mkdir(mode=0o700)
-    fallback = ms_dirs.root / "fb"
-    monkeypatch.setattr("multiserver.system._paths.fallback_dir", lambda: fallback)
-    tmp = ms_dirs.root / "tmp"
-    tmp.mkdir(mode=0o700)
-    monkeypatch.setenv("TMPDIR", str(tmp))
-    return Dirs(ms_dirs.runtime, fallback, ms_dirs.root)
-
-
-def sim_at(number: int, **kw: Any) -> SimDaemon:
-    """A sim at daemon number ``number``'s socket in the runtime dir."""
-    return SimDaemon(DaemonPaths.for_number(number).socket, **kw)
-
-
-@contextlib.asynccontextmanager
-async def serving(*sims: SimDaemon) -> AsyncIterator[None]:
-    """Every sim serves for the length of the block."""
-    async with trio.open_nursery() as nursery:
-        for sim in sims:
-            await nursery.start(sim.serve)
-        try:
-            yield
-        finally:
-            for sim in sims:
-                sim.stop()
 
 
 async def restore(arrangement: Arrangement, *, timeout: float, **kw: Any) -> RestoreResult:
@@ -127,23 +79,6 @@ async def late_answer(arrived: trio.Event) -> None:
     """Wait for the slow daemon's late answer (at ``LATE``) to be taken on."""
     with within(f"taking on the late answer (due at t = {LATE:g} s)", LATE - trio.current_time()):
         await arrived.wait()
-
-
-def open_fds() -> set[int]:
-    return {int(name) for name in os.listdir("/proc/self/fd")}
-
-
-@contextlib.contextmanager
-def no_fd_leak() -> Iterator[None]:
-    """Every fd opened inside the block (sims, sweeps, stores) is closed at its end."""
-    before = open_fds()
-    yield
-    leaked = open_fds() - before
-    links = {}
-    for fd in leaked:
-        with contextlib.suppress(OSError):
-            links[fd] = os.readlink(f"/proc/self/fd/{fd}")
-    assert not leaked, f"fds left open: {links}"
 
 
 def ref_of(sim: SimDaemon, child: SimChild) -> tuple[str, str, int]:
@@ -177,15 +112,6 @@ def actions(rows: Sequence[SweepRow]) -> dict[str, int]:
 
 def only_hellos(sim: SimDaemon) -> bool:
     return all(isinstance(m, Hello) for m in sim.received)
-
-
-def leaf_of(sim: SimDaemon, child: SimChild, cwd: Path) -> SessionLeaf:
-    ref = RestorationRef(str(sim.socket_path), sim.instance_id, child.id, child.pid)
-    return SessionLeaf(child.name, list(child.argv), str(cwd), ref=ref)
-
-
-def arranged(leaves: Sequence[SessionLeaf], window: str = "main") -> Arrangement:
-    return Arrangement([Window(window, [Tab(x) for x in leaves])]) if leaves else Arrangement()
 
 
 def dead_socket(path: Path) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pytest
 import trio
 import trio.testing
 
-from multiserver import DaemonPaths, MultiserverError, open_client
+from multiserver import open_client
 from multiserver.internal import screen_reset
 from multiserver.testing import Behavior, Claim, Collect, Hello, Launch, SimChild, SimDaemon
 from restore import Arrangement, ArrangementStore, RestorationRef, SessionLeaf, Tab, Window
@@ -31,6 +31,7 @@ from restore._partial import DaemonAttachment
 from restore._plan import ATTACH_SHARE, RELAUNCH_MARKER, Options, relaunch_notice
 from restore._restore import RestoreResult, release_claims, restore_arrangement
 from tests.conftest import MsDirs
+from tests.sims import no_fd_leak, refuse_real_daemons, serving, sim_at
 from tests.timing import HARNESS_TIMEOUT, by_deadline, connections_settle, within
 
 TIMEOUT = HARNESS_TIMEOUT  # the restore's one deadline, from its start
@@ -45,12 +46,7 @@ DEADLINE_PASSED = f"the restore deadline ({TIMEOUT:g} s)"
 
 @pytest.fixture(autouse=True)
 def no_real_daemons(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A relaunch that finds no sim must not spawn a real daemon."""
-
-    async def refuse(*_args: Any, **_kw: Any) -> int:
-        raise MultiserverError("daemon failed to start: no real daemons in harness tests")
-
-    monkeypatch.setattr("multiserver.client._start.start_daemon", refuse)
+    refuse_real_daemons(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
@@ -67,10 +63,6 @@ def workdir(ms_dirs: MsDirs) -> Path:
     d = ms_dirs.root / "work"
     d.mkdir()
     return d
-
-
-def open_fds() -> set[int]:
-    return {int(name) for name in os.listdir("/proc/self/fd")}
 
 
 def close_fd(fd: int | None) -> None:
@@ -135,38 +127,6 @@ async def restore(
         seconds,
         restore_arrangement(arrangement, nursery=nursery, timeout=timeout, deadline=deadline, **kw),
     )
-
-
-@contextlib.asynccontextmanager
-async def serving(*sims: SimDaemon) -> AsyncIterator[None]:
-    """Every sim serves for the length of the block (in one nursery, so a
-    failure inside comes out wrapped once, not once per sim)."""
-    async with trio.open_nursery() as nursery:
-        for sim in sims:
-            await nursery.start(sim.serve)
-        try:
-            yield
-        finally:
-            for sim in sims:
-                sim.stop()
-
-
-@contextlib.contextmanager
-def no_fd_leak() -> Iterator[None]:
-    """Every fd opened inside the block (sims included) is closed at its end."""
-    before = open_fds()
-    yield
-    leaked = open_fds() - before
-    links = {}
-    for fd in leaked:
-        with contextlib.suppress(OSError):
-            links[fd] = os.readlink(f"/proc/self/fd/{fd}")
-    assert not leaked, f"fds left open: {links}"
-
-
-def sim_at(number: int, **kw: Any) -> SimDaemon:
-    """A sim at daemon number ``number``'s socket: where relaunches go."""
-    return SimDaemon(DaemonPaths.for_number(number).socket, **kw)
 
 
 # --- ten daemons, one wedged ---------------------------------------------------------
