@@ -69,6 +69,15 @@ EXPORTS = {
         "decide_remote",
         "relaunch_notice",
     ),
+    "restore._restore_lock": (
+        "RESTORE_LOCK",
+        "RESTORE_REPORT",
+        "keep_restore_report",
+        "read_restore_report",
+        "restore_lock_holder",
+        "restore_report_identity",
+        "take_restore_lock",
+    ),
     "restore._restore": (
         "LateArrival",
         "RestoreResult",

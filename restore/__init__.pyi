@@ -41,6 +41,15 @@ from restore._restore import (
     release_claims as release_claims,
     restore_arrangement as restore_arrangement,
 )
+from restore._restore_lock import (
+    RESTORE_LOCK as RESTORE_LOCK,
+    RESTORE_REPORT as RESTORE_REPORT,
+    keep_restore_report as keep_restore_report,
+    read_restore_report as read_restore_report,
+    restore_lock_holder as restore_lock_holder,
+    restore_report_identity as restore_report_identity,
+    take_restore_lock as take_restore_lock,
+)
 from restore.layout._capture import (
     Capture as Capture,
     Saved as Saved,
