@@ -9,6 +9,11 @@
   answered restore after its timeout makes of its sessions (pure);
   ``adopt_late_host`` carries it out.
 - Sinks: ``StoreSink`` (the saved arrangement) or ``MemorySink``.
+- ``open_login(timeout=...)``: what a terminal app runs at its launch (and
+  ``multiserver restore`` at login): the restore lock, the restore, late
+  arrivals adopted, the sweep, every claim given back; an event per step
+  (``WaitingForLock`` ... ``Done``). It is here, not in ``restore``,
+  because it uses both (docs/restore.md, "Login at an app's launch").
 
 See docs/adopter.md.
 """
@@ -27,6 +32,28 @@ from adopter._late_host import (
     LateHost as LateHost,
     adopt_late_host as adopt_late_host,
     late_host as late_host,
+)
+from adopter._login import (
+    open_login as open_login,
+)
+from adopter._login_events import (
+    Arrived as Arrived,
+    ClaimsReleased as ClaimsReleased,
+    Done as Done,
+    LateAdopted as LateAdopted,
+    LockTaken as LockTaken,
+    LockTimedOut as LockTimedOut,
+    LoginEvent as LoginEvent,
+    LoginReport as LoginReport,
+    ReportNotKept as ReportNotKept,
+    Restoring as Restoring,
+    SessionRestored as SessionRestored,
+    SessionRow as SessionRow,
+    StoreUnavailable as StoreUnavailable,
+    StoreWarning as StoreWarning,
+    Swept as Swept,
+    WaitingForLock as WaitingForLock,
+    Warned as Warned,
 )
 from adopter._policy import (
     ORPHAN_NOTICE as ORPHAN_NOTICE,
