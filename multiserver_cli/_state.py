@@ -34,7 +34,7 @@ from multiserver_cli._dial import dial
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from multiserver import ChildInfo, SyncClient
     from restore import ArrangementStore, RestorationRef, SessionLeaf
@@ -131,9 +131,16 @@ def close_pending(store: ArrangementStore | None, name: str) -> bool:
     return store is not None and any(p.name == name for p in store.pending_closes())
 
 
-def complete_close(store: ArrangementStore | None, name: str, ref: RestorationRef | None) -> None:
+def complete_close(
+    store: ArrangementStore | None,
+    name: str,
+    ref: RestorationRef | None,
+    *,
+    say: Callable[[str], None] = warn,
+) -> None:
     """The close of ``name`` done: forgotten by the store, and what its
-    daemon kept of it on disk gone (its child is gone: nobody writes it)."""
+    daemon kept of it on disk gone (its child is gone: nobody writes it).
+    A close the store cannot complete is said (``say``)."""
     from restore import StoreError, forget_kept
 
     forget_kept(ref)
@@ -142,7 +149,7 @@ def complete_close(store: ArrangementStore | None, name: str, ref: RestorationRe
     try:
         store.complete_close(name, ref)
     except StoreError as exc:
-        warn(f"could not complete the close of {name}: {exc}")
+        say(f"could not complete the close of {name}: {exc}")
 
 
 def close_exited(store: ArrangementStore | None, client: SyncClient, child: ChildInfo) -> None:
@@ -163,11 +170,14 @@ def close_exited(store: ArrangementStore | None, client: SyncClient, child: Chil
         complete_close(store, staged.name, staged.ref)
 
 
-def finish_pending_closes(store: ArrangementStore | None) -> None:
+def finish_pending_closes(
+    store: ArrangementStore | None, *, say: Callable[[str], None] = warn
+) -> None:
     """Finish closes a crash left pending: end and collect the child if it
     still exists (matched by daemon instance + child id), then complete.
     Each is bounded by PENDING_TIMEOUT; one whose daemon does not answer is
-    left for the next run."""
+    left for the next run. What could not be done is said (``say``: a
+    line each; restore says them among its login's events)."""
     if store is None:
         return
     for p in store.pending_closes():
@@ -175,9 +185,9 @@ def finish_pending_closes(store: ArrangementStore | None) -> None:
             try:
                 _end_child(p.ref, time.monotonic() + PENDING_TIMEOUT)
             except MultiserverError as exc:
-                warn(f"pending close of {p.name}: {exc}; will retry")
+                say(f"pending close of {p.name}: {exc}; will retry")
                 continue
-        complete_close(store, p.name, p.ref)
+        complete_close(store, p.name, p.ref, say=say)
 
 
 def _end_child(ref: RestorationRef, deadline: float) -> None:

@@ -1,11 +1,9 @@
-"""What ``restore`` and ``orphans`` print: a restored session and a sweep's
-row as ``--json`` gives them, restore's outcomes as a table, and the file
-through which a restore that waited for another one reports that one's
-outcomes as its own."""
+"""What ``restore`` prints: its outcomes as a table (or as ``--json``
+gives them: ``adopter.LoginReport.as_json``), and the line said when the
+report a restore that waits would read could not be kept."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -18,65 +16,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from adopter import SweepRow
-    from restore import RestoredSession
 
-# The outcomes of the last restore, for one that waited for it (in the state dir).
-RESTORE_REPORT = "restore-report.json"
-
-
-def session_row(s: RestoredSession) -> dict[str, object]:
-    return {
-        "name": s.leaf.name,
-        "outcome": s.outcome,
-        "daemon": s.daemon,
-        "detail": s.detail,
-        "exit_code": s.exit_code,
-        "seconds": round(s.elapsed, 4),
-    }
-
-
-def sweep_row(r: SweepRow) -> dict[str, object]:
-    return {
-        "socket": r.socket,
-        "state": r.state,
-        "action": r.action,
-        "name": r.name,
-        "detail": r.detail,
-        "exit_code": r.exit_code,
-    }
-
-
-# --- the report a waiting restore reads ----------------------------------------------
-
-
-def identity(path: Path) -> tuple[int, int, int] | None:
-    """Which file ``path`` is now (device, inode, mtime), if it is one."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns
-
-
-def write_report(path: Path, out: dict[str, object]) -> None:
-    """Whole or not at all (another restore may read it the moment the lock
-    is free); a report that cannot be written costs only the waiter's copy."""
-    from multiserver.internal import write_whole
-
-    try:
-        write_whole(path, json.dumps(out).encode())
-    except OSError as exc:
-        _state.warn(f"could not keep the restore's report for a restore that waits: {exc}")
-
-
-def read_report(path: Path) -> dict[str, object] | None:
-    try:
-        with open(path) as f:
-            out = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return out if isinstance(out, dict) and isinstance(out.get("sessions"), list) else None
+def not_kept(exc: OSError) -> None:
+    """The report a restore that waits reads could not be written: that
+    costs only the waiter's copy (it restores itself)."""
+    _state.warn(f"could not keep the restore's report for a restore that waits: {exc}")
 
 
 # --- for a person ------------------------------------------------------------------------

@@ -24,17 +24,18 @@ def add_arguments(p: ArgumentParser) -> None:
 
 async def run(args: Namespace) -> int:
     """What a sweep would do (``--adopt``: do it)."""
+    import attrs
+
     from adopter import SWEEP_BOUND, StoreSink, sweep
     from multiserver_cli import _state
     from multiserver_cli._format import print_json, table
-    from multiserver_cli.commands._report import sweep_row
 
     with _state.open_store() as store:
         if store is None:
             return 1
         report = await sweep(StoreSink(store), adopt=args.adopt, bound=SWEEP_BOUND)
     if args.json:
-        print_json([sweep_row(r) for r in report.rows])
+        print_json([attrs.asdict(r) for r in report.rows])
     elif report.rows:
         print(
             table(
