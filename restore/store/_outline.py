@@ -180,8 +180,11 @@ def _connect(state: Path) -> sqlite3.Connection | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except (OSError, MultiserverError):
         return None
-    with open(fd, "rb") as f:
-        head = f.read(len(SQLITE_MAGIC))
+    try:
+        with open(fd, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError:  # a directory in the file's place (EISDIR), a read that fails
+        return None
     if head != SQLITE_MAGIC:
         return None
     try:

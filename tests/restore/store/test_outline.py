@@ -190,6 +190,18 @@ def test_no_store_is_no_session_saved(tmp_path: Path) -> None:
     assert read_saved(tmp_path) == []
 
 
+def test_a_directory_in_the_stores_place_is_the_whole_stores_to_tell(tmp_path: Path) -> None:
+    """The light reads are not sure of it (the store says why, in one
+    line), and leave it as it is."""
+    tmp_path.chmod(0o700)
+    (tmp_path / "arrangement.sqlite3").mkdir()
+    assert read_saved(tmp_path) is None
+    assert read_saved(tmp_path, names=["a"]) is None
+    assert read_about(tmp_path, "a", "a") is None
+    assert not add_saved(tmp_path, _light_model.SessionLeaf("a", ["sh"], "/"))
+    assert (tmp_path / "arrangement.sqlite3").is_dir()
+
+
 def _store_with(tmp_path: Path, *names: str) -> Path:
     store = ArrangementStore.open(tmp_path / "arrangement.sqlite3")
     for name in names:
