@@ -40,8 +40,10 @@ if TYPE_CHECKING:
     from multiserver.protocol._messages import EventKind
 
 # How many events the daemon keeps: how far a watcher may fall behind, and
-# how far back ``Watch.since`` replays. An event kept is about 300 bytes
-# (its record, its time): about 1.2 MiB once the ring is full.
+# how far back ``Watch.since`` replays. An event kept is about 210 bytes
+# (its record and its time; the name is the session's own string), 270 to
+# 390 once a watcher has read it (the encoder gives the record a dict of
+# its own): at most 1.5 MiB, kept whoever watches (``make bench``).
 RING = 4096
 # At most one activity event per session in this many seconds.
 ACTIVITY_INTERVAL = 1.0
