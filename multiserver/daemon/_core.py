@@ -448,8 +448,11 @@ class RequestCore(Generic[C]):
 
     def output_seen(self, child: C) -> None:
         """The daemon read output of ``child``, which nobody holds: an
-        activity event, at most one a second (``EventLog.activity``)."""
-        self.events.activity(child.id, child.name)
+        activity event, at most one a second (``EventLog.activity``). Not
+        once it has ended: what it wrote last is read after its end was
+        told, and is no news."""
+        if child.running:
+            self.events.activity(child.id, child.name)
 
     def forget(self, child_id: int) -> None:
         """``child_id`` left the table without a Collect (a shutdown)."""

@@ -238,3 +238,14 @@ def test_events_and_watchers_cross_an_upgrade(
         (4, "killed"),  # the signal sent before the upgrade
     ]
     assert got[1].server == "test/2"  # type: ignore[union-attr]
+
+
+def test_output_read_after_a_session_ended_is_no_activity(
+    core: RequestCore[FakeChild], host: FakeHost
+) -> None:
+    w = watcher(core)
+    child = host.add("s")
+    child.exit_code = 0
+    core.child_exited(child.id, 0)
+    core.output_seen(child)  # its last bytes, drained after its end was reaped
+    assert read(core, w) == [("exited", child.id, 0, 0)]
