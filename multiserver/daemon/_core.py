@@ -33,8 +33,9 @@ Rules, all here:
 - **Events.** What happens to a session (launched, held, let go, taken
   over, ended, writing) is recorded in the core's ``EventLog``
   (``_events``) in the step that decides it, in one place for each kind:
-  ``_hold`` (joined, taken over), ``_let_go`` (left), ``child_exited``,
-  ``output_seen``; watchers read them from there.
+  ``_launch`` (created), ``_hold`` (joined, taken over), ``_let_go``
+  (left), ``child_exited`` (exited, killed), ``output_seen`` (activity),
+  ``upgraded``; watchers read them from there.
 """
 
 from __future__ import annotations
