@@ -26,6 +26,7 @@ from benchmarks import (
     commands,
     drain,
     echo,
+    events,
     launch,
     login,
     memory,
@@ -78,6 +79,7 @@ MODULES: tuple[ModuleType, ...] = (
     remote,
     upgrade,
     upgrade_memory,
+    events,
 )
 RUNS = 7
 QUICK_RUNS = 3

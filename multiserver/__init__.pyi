@@ -39,6 +39,8 @@ from multiserver.protocol._messages import (
     ChildExited as ChildExited,
     ChildInfo as ChildInfo,
     ChildTaken as ChildTaken,
+    EventsMissed as EventsMissed,
+    SessionEvent as SessionEvent,
     Welcome as Welcome,
 )
 from multiserver.protocol._proto import (

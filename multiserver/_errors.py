@@ -59,7 +59,8 @@ class RequestFailed(MultiserverError):
 
 class DaemonTooOld(RequestFailed):
     """The request holds what the daemon's protocol version cannot carry (an
-    argv, cwd or environment that is not UTF-8, before version 5). Nothing was
+    argv, cwd or environment that is not UTF-8, before version 5), or asks
+    for what it does not have (events, before version 8). Nothing was
     sent; the connection is healthy."""
 
     @classmethod
@@ -69,6 +70,15 @@ class DaemonTooOld(RequestFailed):
             _errno.EILSEQ,
             f"the daemon speaks protocol {version}, which cannot carry"
             " non-UTF-8 arguments; restart it",
+        )
+
+    @classmethod
+    def without_events(cls, version: int, needed: int) -> DaemonTooOld:
+        """The one line both clients say of a daemon with no events."""
+        return cls(
+            _errno.EPROTO,
+            f"the daemon speaks protocol {version}, too old for events (protocol {needed});"
+            " `multiserver upgrade` gives it the installed code, keeping its sessions",
         )
 
 

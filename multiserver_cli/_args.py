@@ -139,7 +139,8 @@ def parser_for(
         action=SettingFlag,
         setting="daemon",
         metavar="N",
-        help="new, daemon, stop, upgrade: use daemon N (default: $MULTISERVER_DAEMON or 1);"
+        help="new, daemon, stop, upgrade, events: use daemon N"
+        " (default: $MULTISERVER_DAEMON or 1);"
         " ls, attach, peek, kill: only daemon N's sessions (default: every daemon's)",
     )
     subs = parser.add_subparsers(dest="cmd", metavar="COMMAND")

@@ -37,6 +37,8 @@ from multiserver.protocol._messages import (
     Signal,
     Upgrade,
     Upgraded,
+    Watch,
+    Watching,
 )
 from multiserver.protocol._proto import SELECT_VERSION, select_problem, selected
 
@@ -297,6 +299,16 @@ def shutdown(force: bool) -> Call[None]:
 def upgrade() -> Call[Upgraded]:
     """Answered by the new code (``Upgraded``), or an ``Error`` by the old."""
     return _OneReply(lambda req: Upgrade(req=req), Upgraded, _upgraded)
+
+
+def watch(since: int | None) -> Call[int]:
+    """Answered ``Watching``: the seq the next event will carry."""
+    return _OneReply(lambda req: Watch(req=req, since=since), Watching, _next_seq)
+
+
+def _next_seq(msg: Message) -> int:
+    assert isinstance(msg, Watching), msg
+    return msg.next_seq
 
 
 def _upgraded(msg: Message) -> Upgraded:

@@ -1,7 +1,8 @@
 """The client library: one ``Client`` per connection to one daemon.
 
 A background task reads every frame: replies go to the request that waits for
-them (matched by ``req``), pushed notices go to ``notices``. Requests may run
+them (matched by ``req``), pushed notices go to ``notices``, events (once the
+client watches: ``events``) to a bounded queue of their own. Requests may run
 concurrently on one client.
 
 fd ownership: every master fd a method returns is the caller's to close. An
@@ -35,6 +36,7 @@ from multiserver._errors import (
 )
 from multiserver.client import _calls as calls
 from multiserver.client._calls import Call, More
+from multiserver.client._events import EventQueue, check_events
 from multiserver.client._results import (
     ClaimResult,
     LaunchResult,
@@ -49,7 +51,9 @@ from multiserver.protocol._messages import (
     ChildInfo,
     ChildTaken,
     Error,
+    EventsMissed,
     Message,
+    SessionEvent,
     Upgraded,
     Welcome,
 )
@@ -81,6 +85,9 @@ class Client:
         self._send_lock = trio.Lock()
         self._notice_send, self.notices = trio.open_memory_channel[Notice](NOTICE_QUEUE)
         self.notices_dropped = 0
+        self._events = EventQueue()
+        self._events_came = trio.Event()
+        self._watching = False
         self._nursery_cm: contextlib.AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -121,6 +128,10 @@ class Client:
             except trio.WouldBlock:
                 self.notices_dropped += 1
             return
+        if isinstance(msg, SessionEvent | EventsMissed):
+            self._events.put(msg)
+            self._events_came.set()
+            return
         req = getattr(msg, "req", None)
         if req is None:  # the daemon reports our protocol error and closes
             assert isinstance(msg, Error)
@@ -138,6 +149,7 @@ class Client:
         for waiter in self._waiters.values():
             waiter.send.close()
         self._notice_send.close()
+        self._events_came.set()
 
     def _broken_error(self) -> MultiserverError:
         """The error that broke the connection, as its own type."""
@@ -316,6 +328,53 @@ class Client:
 
         Cancellation: the upgrade may still happen."""
         return await self._run(calls.upgrade())
+
+    async def watch(self, since: int | None = None) -> int:
+        """Have the daemon push its events to this connection (protocol 8,
+        docs/events.md): those from ``since`` it still holds first (None:
+        only those to come). Returns the seq the next event to happen will
+        carry. ``events`` reads them (and calls this itself). Raises
+        DaemonTooOld, before sending anything, for a daemon older than
+        protocol 8; RequestFailed (EINVAL) for a ``since`` past the next
+        event, or a second watch.
+
+        Cancellation: the connection may be watching."""
+        check_events(self.version)
+        next_seq = await self._run(calls.watch(since))
+        self._watching = True
+        return next_seq
+
+    async def events(self, since: int | None = None) -> AsyncIterator[SessionEvent | EventsMissed]:
+        """The daemon's events, in order, for as long as the connection
+        lasts: ``SessionEvent`` records, and an ``EventsMissed`` in place of
+        events that will not come (this client or the daemon kept at most
+        4,096 that were not read: read the daemon's state again, ``list``),
+        after which events go on. Starts watching (``watch(since)``) unless
+        the connection does already (then ``since`` must be None). Raises
+        what ``watch`` raises, and ConnectionClosed once the daemon is gone
+        (after every event that came before it)::
+
+            async for event in client.events():
+                if isinstance(event, EventsMissed):
+                    children = await client.list()
+                elif event.kind == "exited":
+                    print(event.name, describe_exit(event.exit_code))
+
+        Cancellation: the connection goes on watching; the events that come
+        meanwhile wait (bounded) for the next ``events()``."""
+        if not self._watching:
+            await self.watch(since)
+        elif since is not None:
+            raise ValueError("this connection watches already: since must be None")
+        while True:
+            item = self._events.get()
+            if item is not None:
+                yield item
+                continue
+            if self._broken is not None:
+                raise self._broken_error()
+            self._events_came = trio.Event()
+            await self._events_came.wait()
 
     async def shutdown(self, *, force: bool = False) -> None:
         """Stop the daemon; refused (EBUSY) while children run unless

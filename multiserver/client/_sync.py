@@ -9,7 +9,8 @@ past it; None waits for ever.
 
 fd ownership: every master fd a method returns is the caller's to close.
 Pushed notices (``ChildExited``, ``ChildTaken``) that arrive while a request
-waits are kept in ``notices``, in order.
+waits are kept in ``notices``, in order; events (once it ``watch``es), in
+a bounded queue of their own, read by ``wait_event`` or ``events``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from multiserver._errors import (
 )
 from multiserver.client import _calls as calls
 from multiserver.client._calls import More
+from multiserver.client._events import EventQueue, check_events
 from multiserver.client._results import WelcomeReader, hello
 from multiserver.client._spawn import (
     TimedOut,
@@ -44,14 +46,22 @@ from multiserver.protocol._codec import (
     Unrepresentable,
     close_fds,
 )
-from multiserver.protocol._messages import ChildExited, Children, ChildTaken, Claimed, Error
+from multiserver.protocol._messages import (
+    ChildExited,
+    Children,
+    ChildTaken,
+    Claimed,
+    Error,
+    EventsMissed,
+    SessionEvent,
+)
 from multiserver.protocol._sockio import receive_chunk, rights, send_some
 from multiserver.system._paths import DaemonPaths
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from pathlib import Path
     from types import TracebackType
     from typing import TypeVar
@@ -130,6 +140,7 @@ class SyncClient:
         self._reqs = itertools.count(1)
         self._ignored: set[int] = set()  # requests whose replies nobody reads
         self.notices: collections.deque[Notice] = collections.deque()
+        self._events = EventQueue()
 
     @property
     def deadline(self) -> float | None:
@@ -159,6 +170,9 @@ class SyncClient:
         msg = event.message
         if isinstance(msg, ChildExited | ChildTaken):
             self.notices.append(msg)
+            return None
+        if isinstance(msg, SessionEvent | EventsMissed):
+            self._events.put(msg)
             return None
         req = getattr(msg, "req", None)
         if req is None:  # the daemon reports our protocol error and closes
@@ -297,6 +311,42 @@ class SyncClient:
             if left is not None and left <= 0:
                 return None
             select.select([self.fileno()], [], [], left)
+
+    def watch(self, since: int | None = None) -> int:
+        """As ``Client.watch``: the daemon pushes its events to this
+        connection from now on (from ``since``); the seq the next will carry."""
+        check_events(self.welcome.version)
+        return self._run(calls.watch(since))
+
+    def wait_event(self, until: float | None) -> SessionEvent | EventsMissed | None:
+        """The next event (after ``watch``), waiting until ``until``
+        (time.monotonic) at most; None if none came. The socket is read only
+        while none is kept, so a caller that reads slowly leaves the rest
+        with the daemon, which keeps them (or tells what it let go). Raises
+        ConnectionClosed once the daemon is gone, after every event before."""
+        while True:
+            item = self._events.get()
+            if item is not None:
+                return item
+            event = self._channel.next_event(wait=False)
+            if event is not None:
+                if self._route(event) is not None:
+                    close_fds(event.fds)
+                continue
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            select.select([self.fileno()], [], [], left)
+
+    def events(self, since: int | None = None) -> Iterator[SessionEvent | EventsMissed]:
+        """As ``Client.events``, blocking: ``watch(since)``, then every event
+        as it comes, for as long as the connection lasts (ConnectionClosed
+        then). Set ``deadline`` to None first: it bounds reads too."""
+        self.watch(since)
+        while True:
+            item = self.wait_event(None)
+            if item is not None:
+                yield item
 
     def close(self) -> None:
         """Hang up: the daemon releases every child this connection held."""

@@ -158,29 +158,30 @@ class Child:
             fg_argv=fg_argv,
         )
 
-    def read_some(self, limit: int, keeper: OutputKeeper | None = None) -> None:
+    def read_some(self, limit: int, keeper: OutputKeeper | None = None) -> int:
         """Read what the kernel holds now, up to about ``limit`` bytes, into
         the buffer (and ``keeper``), without waiting; sets ``eof`` at the
         end of the PTY. No checkpoint: a read and its append are never
-        separated."""
+        separated. Returns how many bytes it read."""
         if self.master is None or self.eof:
-            return
+            return 0
         got = 0
         while got < limit:
             try:
                 data = os.read(self.master, READ_SIZE)
             except BlockingIOError:
-                return
+                break
             except OSError:  # EIO: the slave side is closed
                 self.eof = True
-                return
+                break
             if not data:
                 self.eof = True
-                return
+                break
             self.buffer.append(data)
             if keeper is not None:
                 keeper.wrote(self, data)
             got += len(data)
+        return got
 
     def read_available(self, keeper: OutputKeeper | None = None) -> None:
         """Everything the kernel holds now (for an exited child)."""
@@ -199,6 +200,7 @@ class ChildTable:
         buffer_limit: int,
         on_exit: Callable[[Child], None],
         on_change: Callable[[], None],
+        on_output: Callable[[Child], None] = lambda child: None,
         output_dir: Path | None = None,
         child_nofile: int | None = None,
     ) -> None:
@@ -214,6 +216,7 @@ class ChildTable:
         self._budget = FileBudget()
         self._on_exit = on_exit
         self._on_change = on_change
+        self._on_output = on_output
         self._children: dict[int, Child] = {}
         self._by_pid: dict[int, Child] = {}
         self._next_id = 1
@@ -281,7 +284,8 @@ class ChildTable:
                 child = self._draining.get(fd)
                 if child is None:
                     continue
-                child.read_some(READ_SIZE, self.keeper)
+                if child.read_some(READ_SIZE, self.keeper):
+                    self._on_output(child)
                 if child.eof:
                     self._stop_draining(child)
                 if time.monotonic() >= slice_end:

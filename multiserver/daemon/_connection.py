@@ -15,6 +15,12 @@ notices pass a bound; reaping, draining and accepting go on meanwhile.
 fd ownership: the outbox owns the fds of every queued frame (``OwnedFd``,
 duplicated by the core in the step that decided to send them) and closes each
 once its frame is sent or dropped.
+
+Events (``Watch``): a watcher's writer reads them from the core's
+``EventLog`` when it has sent everything else, ``EVENT_BATCH`` at a time
+(one ``sendmsg``), so a watcher holds no queue of its own in the daemon:
+one that reads slowly falls behind in the log (and is told what it
+missed), one that stops reading is disconnected by the stall rule above.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ from multiserver.settings._config import DaemonConfig
 from multiserver.system import _peer
 
 log = logging.getLogger("multiserver.daemon")
+
+# Events a watcher's writer reads from the log at once: one write of a
+# few KiB, then the outbox is empty again for replies.
+EVENT_BATCH = 64
 
 
 class Owner(Protocol):
@@ -135,6 +145,11 @@ class ClientConnection:
     def encode(self, msg: Message, nfds: int = 0) -> bytes:
         return self._framed.codec.send(msg, nfds)
 
+    def events_ready(self) -> None:
+        """Events were recorded: the writer reads them once it has sent
+        what is queued (``_take_events``)."""
+        self._wake_writer.set()
+
     def notify(self, msg: Message) -> None:
         """Queue a pushed notice; never blocks. A client that lets notices
         pile up past the bound is disconnected."""
@@ -184,9 +199,11 @@ class ClientConnection:
         goes away or makes no progress for ``stall_timeout`` is disconnected."""
         stall = self._config.stall_timeout
         while True:
-            while not self._outbox or (self._pausing and not self._finishing):
+            while True:
                 if self._pausing and not self._finishing:
                     self._park(writer=True)
+                elif self._outbox or self._take_events():
+                    break
                 self._wake_writer = trio.Event()
                 await self._wake_writer.wait()
             out = self._outbox[0]
@@ -210,6 +227,19 @@ class ClientConnection:
                 log.warning("client %d: not reading for %.0f s, disconnecting", self.id, stall)
                 self.disconnect()
                 return
+
+    def _take_events(self) -> bool:
+        """Queue the next events of a watcher (one outgoing entry of up to
+        ``EVENT_BATCH`` frames); False if there are none. None once the
+        connection is closing."""
+        if self._finishing or self._closed.is_set():
+            return False
+        events = self._owner.core.events.take(self, EVENT_BATCH)
+        if not events:
+            return False
+        frame = b"".join(self.encode(event) for event in events)
+        self._queue(Reply(events[-1], frame), notice=True)
+        return True
 
     def _drop_head(self) -> None:
         out = self._outbox.popleft()
@@ -314,7 +344,7 @@ class ClientConnection:
     def export(self, blobs: BlobWriter) -> PeerState:
         """What crosses an upgrade (paused; synchronous). The connection
         keeps its fds until the exec."""
-        version, held = self._owner.core.state_of(self)
+        version, held, watch = self._owner.core.state_of(self)
         outbox = [
             Outgoing(blobs.add(out.frame), [fd.fileno() for fd in out.fds], out.notice)
             for out in self._outbox
@@ -327,6 +357,7 @@ class ClientConnection:
             unread=blobs.add(self._framed.unread()),
             outbox=outbox,
             upgrade_req=self.upgrade_req,
+            watch=watch,
         )
 
     @classmethod

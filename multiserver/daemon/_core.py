@@ -30,6 +30,12 @@ Rules, all here:
   not read them otherwise.
 - **Holders.** Who holds which child is the core's state: a child has at
   most one holder; a client that goes away gives back everything it held.
+- **Events.** What happens to a session (launched, held, let go, taken
+  over, ended, writing) is recorded in the core's ``EventLog``
+  (``_events``) in the step that decides it, in one place for each kind:
+  ``_launch`` (created), ``_hold`` (joined, taken over), ``_let_go``
+  (left), ``child_exited`` (exited, killed), ``output_seen`` (activity),
+  ``upgraded``; watchers read them from there.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Generic, Protocol, TypeVar
 
 import attrs
 
+from multiserver.daemon._events import EventLog
 from multiserver.daemon._fds import OwnedFd, close_all, dup_all
 from multiserver.protocol._codec import MAX_FDS_PER_FRAME, FrameTooLarge
 from multiserver.protocol._messages import (
@@ -75,9 +82,16 @@ from multiserver.protocol._messages import (
     Shutdown,
     Signal,
     Upgrade,
+    Watch,
+    Watching,
     Welcome,
 )
-from multiserver.protocol._proto import UPGRADE_VERSION, select_problem, selected
+from multiserver.protocol._proto import (
+    EVENTS_VERSION,
+    UPGRADE_VERSION,
+    select_problem,
+    selected,
+)
 from multiserver.protocol._record import replaced
 from multiserver.settings._env import child_env
 from multiserver.system._osstr import escaped, is_utf8
@@ -212,6 +226,16 @@ def _escaped(info: ChildInfo) -> ChildInfo:
 class Peer(Protocol):
     """A client connection, as the core sees it."""
 
+    @property
+    def id(self) -> int:
+        """The daemon's number of the connection (an event's ``client``)."""
+        ...
+
+    def events_ready(self) -> None:
+        """Events were recorded (``EventLog.take`` reads them for a
+        watcher); never blocks."""
+        ...
+
     def encode(self, msg: Message, nfds: int = 0) -> bytes:
         """The frame for ``msg`` (raises FrameTooLarge)."""
         ...
@@ -342,11 +366,20 @@ def claim_batches(parts: list[Part]) -> Iterator[list[Part]]:
 class RequestCore(Generic[C]):
     """The daemon's protocol state (peers, holders) over a ``ChildHost``."""
 
-    def __init__(self, host: ChildHost[C], *, instance_id: str, pid: int, server: str) -> None:
+    def __init__(
+        self,
+        host: ChildHost[C],
+        *,
+        instance_id: str,
+        pid: int,
+        server: str,
+        events: EventLog | None = None,
+    ) -> None:
         self.host = host
         self.instance_id = instance_id
         self.pid = pid
         self.server = server
+        self.events = EventLog() if events is None else events
         self._peers: dict[Peer, _PeerState] = {}
         self._holders: dict[int, Peer] = {}
         # The daemon's own end, one at a time: a Shutdown accepted (it
@@ -362,6 +395,7 @@ class RequestCore(Generic[C]):
     def disconnect(self, peer: Peer) -> list[int]:
         """Every child ``peer`` held becomes unheld at once; returns their ids."""
         state = self._peers.pop(peer, None)
+        self.events.unwatch(peer)
         if state is None:
             return []
         released = sorted(state.held)
@@ -370,40 +404,60 @@ class RequestCore(Generic[C]):
             if self._holders.get(child_id) is peer:
                 del self._holders[child_id]
                 if child is not None:
-                    self.host.unhold(child)
+                    self._let_go(peer, child)
         return released
 
     @property
     def peers(self) -> int:
         return len(self._peers)
 
-    def state_of(self, peer: Peer) -> tuple[int | None, list[int]]:
-        """(the version ``peer`` negotiated, the ids it holds): what crosses
-        an upgrade (``_upgrade.py``)."""
+    def state_of(self, peer: Peer) -> tuple[int | None, list[int], int | None]:
+        """(the version ``peer`` negotiated, the ids it holds, the event it
+        reads next if it watches): what crosses an upgrade (``_upgrade.py``)."""
         state = self._peers[peer]
-        return state.version, sorted(state.held)
+        return state.version, sorted(state.held), self.events.cursor(peer)
 
-    def adopt(self, peer: Peer, version: int | None, held: list[int]) -> None:
+    def adopt(
+        self, peer: Peer, version: int | None, held: list[int], watch: int | None = None
+    ) -> None:
         """A peer of the daemon before an upgrade, holding ``held`` (ids of
-        children in the host; others are ignored)."""
+        children in the host; others are ignored), watching from ``watch``."""
         state = self._peers[peer] = _PeerState(version)
         for child_id in held:
             if self.host.get(child_id) is not None and child_id not in self._holders:
                 state.held.add(child_id)
                 self._holders[child_id] = peer
+        if watch is not None:
+            self.events.adopt_watcher(peer, watch)
+
+    def upgraded(self) -> None:
+        """The new code serves what the daemon before an upgrade served:
+        its watchers are told (``daemon_upgraded``)."""
+        self.events.record("daemon_upgraded", server=self.server)
 
     def holder(self, child_id: int) -> Peer | None:
         return self._holders.get(child_id)
 
     def child_exited(self, child_id: int, exit_code: int) -> None:
-        """Tell every client past its handshake."""
+        """Tell every client past its handshake, and the watchers."""
+        child = self.host.get(child_id)
+        self.events.ended(child_id, "" if child is None else child.name, exit_code)
         notice = ChildExited(id=child_id, exit_code=exit_code)
         for peer, state in list(self._peers.items()):
             if state.version is not None:
                 peer.notify(notice)
 
+    def output_seen(self, child: C) -> None:
+        """The daemon read output of ``child``, which nobody holds: an
+        activity event, at most one a second (``EventLog.activity``). Not
+        once it has ended: what it wrote last is read after its end was
+        told, and is no news."""
+        if child.running:
+            self.events.activity(child.id, child.name)
+
     def forget(self, child_id: int) -> None:
         """``child_id`` left the table without a Collect (a shutdown)."""
+        self.events.forget(child_id)
         peer = self._holders.pop(child_id, None)
         if peer is not None and peer in self._peers:
             self._peers[peer].held.discard(child_id)
@@ -429,6 +483,8 @@ class RequestCore(Generic[C]):
                 return self._shutdown(peer, msg)
             case Upgrade():
                 return self._upgrade(peer, msg)
+            case Watch():
+                return self._watch(peer, msg)
             case Signal() | Collect() | Peek() | Resize():
                 child = self.host.get(msg.id)
                 if child is None:
@@ -451,10 +507,20 @@ class RequestCore(Generic[C]):
         self._holders[child.id] = peer
         self._peers[peer].held.add(child.id)
         self.host.hold(child)
-        if previous is not None and previous is not peer:
+        if previous is None:
+            self.events.record("joined", child.id, child.name, client=peer.id)
+        elif previous is not peer:
             if previous in self._peers:
                 self._peers[previous].held.discard(child.id)
             previous.notify(ChildTaken(id=child.id))
+            self.events.record("taken_over", child.id, child.name, client=peer.id)
+            self.events.record("left", child.id, child.name, client=previous.id)
+
+    def _let_go(self, peer: Peer, child: C) -> None:
+        """``peer`` holds ``child`` no more (released, or gone), and nobody
+        does: the host drains it."""
+        self.host.unhold(child)
+        self.events.record("left", child.id, child.name, client=peer.id)
 
     def _hello(self, peer: Peer, msg: Hello) -> Answer:
         lo, hi = max(msg.min_version, MIN_PROTOCOL_VERSION), min(msg.max_version, PROTOCOL_VERSION)
@@ -559,6 +625,7 @@ class RequestCore(Generic[C]):
             child = self.host.spawn(msg, child_env(msg.env))
         except LaunchError as exc:
             return self.error(peer, msg.req, exc.errno, exc.message)
+        self.events.record("created", child.id, child.name, client=peer.id)
         if not msg.hold:
             self.host.unhold(child)
             launched = Launched(req=msg.req, child=self._info(peer, child, held=False))
@@ -707,7 +774,7 @@ class RequestCore(Generic[C]):
             self._peers[peer].held.discard(child_id)
             if msg.replace_output:
                 child.buffer.replace(msg.output)
-            self.host.unhold(child)
+            self._let_go(peer, child)
             released.append(child_id)
         replies.append(_reply(peer, Released(req=msg.req, ids=released)))
         return Answer(replies)
@@ -721,6 +788,7 @@ class RequestCore(Generic[C]):
                 if not child.running:
                     return self.error(peer, msg.req, errno.ESRCH, f"child {msg.id} has exited")
                 self.host.signal(child, msg.signum)
+                self.events.signalled(child.id, msg.signum)
                 return Answer([_reply(peer, Ok(req=msg.req))])
             case Collect():
                 if child.running:
@@ -790,6 +858,15 @@ class RequestCore(Generic[C]):
             return self.error(peer, msg.req, errno.EBUSY, "an upgrade is already under way")
         self._upgrading = True
         return Answer([], upgrade=True)
+
+    def _watch(self, peer: Peer, msg: Watch) -> Answer:
+        if self._version(peer) < EVENTS_VERSION:
+            text = f"Watch needs protocol version {EVENTS_VERSION}"
+            return self.error(peer, msg.req, errno.EPROTO, text)
+        problem = self.events.watch(peer, msg.since)
+        if problem is not None:
+            return self.error(peer, msg.req, errno.EINVAL, problem)
+        return Answer([_reply(peer, Watching(req=msg.req, next_seq=self.events.next_seq))])
 
     def upgrade_ended(self) -> None:
         """The driver's upgrade did not replace the code (refused, failed):

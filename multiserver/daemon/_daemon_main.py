@@ -236,7 +236,7 @@ def _check(snapshot: Snapshot, area: memoryview) -> None:
     DaemonPaths.for_socket(Path(snapshot.socket), Path(snapshot.state_dir))
     if len(snapshot.socket_stat) != 10:
         raise SnapshotError("the socket's stat has not 10 fields")
-    blobs = [c.buffer for c in snapshot.children]
+    blobs = [c.buffer for c in snapshot.children] + [snapshot.events]
     for peer in snapshot.peers:
         blobs += [peer.unread, *(out.frame for out in peer.outbox)]
     for ref in blobs:

@@ -22,10 +22,11 @@ from multiserver.daemon import _upgrade
 from multiserver.daemon._children import Child, ChildTable
 from multiserver.daemon._connection import ClientConnection
 from multiserver.daemon._core import Answer, RequestCore
+from multiserver.daemon._events import EventLog
 from multiserver.daemon._fds import OwnedFd
-from multiserver.daemon._snapshot import Snapshot
+from multiserver.daemon._snapshot import Snapshot, SnapshotError, blob as snapshot_blob
 from multiserver.daemon._upgrade import SnapshotFile
-from multiserver.protocol._codec import Codec
+from multiserver.protocol._codec import Codec, ProtocolError
 from multiserver.protocol._messages import Error
 from multiserver.protocol._proto import SERVER_NAME as SERVER_NAME
 from multiserver.protocol._wire import IntakeBudget
@@ -106,6 +107,10 @@ class Daemon:
         assert self._core is not None
         return self._core
 
+    @property
+    def events(self) -> EventLog:
+        return self.core.events
+
     async def wait_stopped(self) -> None:
         """Wait until the daemon was told to stop (idle, or a Shutdown)."""
         await self._stop.wait()
@@ -115,6 +120,9 @@ class Daemon:
 
     def _on_change(self) -> None:
         self._changed.set()
+
+    def _on_output(self, child: Child) -> None:
+        self.core.output_seen(child)
 
     def _on_exit(self, child: Child) -> None:
         assert child.exit_code is not None
@@ -145,6 +153,7 @@ class Daemon:
                     buffer_limit=self.config.buffer_limit,
                     on_exit=self._on_exit,
                     on_change=self._on_change,
+                    on_output=self._on_output,
                     output_dir=self.output_dir,
                     child_nofile=self.child_nofile,
                 )
@@ -318,16 +327,22 @@ class Daemon:
         children nobody holds. Raises SnapshotError."""
         assert self._nursery is not None
         children = self.children.adopt(snapshot.children, area, snapshot.next_child_id)
+        try:
+            kept = snapshot_blob(area, snapshot.events)
+            self.core.events.adopt(kept, snapshot.next_event_seq, snapshot.signals_sent)
+        except ProtocolError as exc:
+            raise SnapshotError(f"an event does not read: {exc}") from None
         for state in snapshot.peers:
             conn = ClientConnection.adopt(self, state, area)
             self._clients.add(conn)
-            self.core.adopt(conn, state.version, state.held)
+            self.core.adopt(conn, state.version, state.held, state.watch)
         ClientConnection.number_from(max((p.number for p in snapshot.peers), default=0) + 1)
         lingering = {c.id: c.linger_left for c in snapshot.children}
         for child in children:
             if self.core.holder(child.id) is None:
                 self.children.unhold(child, linger_left=lingering[child.id])
         paused = time.monotonic() - snapshot.paused_at
+        self.core.upgraded()
         for conn in self._clients:
             if conn.upgrade_req is not None:
                 conn.queue(_upgrade.upgraded(conn, conn.upgrade_req, snapshot.server, paused))

@@ -24,7 +24,9 @@ Format history:
 
 - 1 (multiserver 0.1): the first. Fields added since, each with a default
   (an older writer's snapshot gets it; an older reader ignores the field):
-  ``child_nofile`` (issue 35).
+  ``child_nofile`` (issue 35); ``PeerState.watch``, ``events``,
+  ``next_event_seq`` and ``signals_sent`` (protocol 8's events: an older
+  writer had none, and its instance's events start at 1 in the new code).
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class PeerState:
     outbox: list[Outgoing] = attrs.Factory(list)
     # The Upgrade request this connection waits on: the new code answers it.
     upgrade_req: int | None = None
+    # The event it reads next, if it watches (``_events``).
+    watch: int | None = None
 
 
 @attrs.frozen
@@ -138,6 +142,12 @@ class Snapshot:
     # start before raising its own (``_openfiles``); None: not known (an
     # older writer, which never raised its own: the new code's is it).
     child_nofile: int | None = None
+    # The events kept (``_events.EventLog``): their bodies as the protocol
+    # writes them (``_codec.encode_body``), one a line, in a blob; the seq
+    # of the next; the signals clients sent to sessions that run ([id, signal]).
+    events: Blob = Blob()
+    next_event_seq: int = 1
+    signals_sent: list[list[int]] = attrs.Factory(list)
 
     def fds(self) -> list[int]:
         """Every fd the snapshot names: what must cross the exec."""

@@ -43,6 +43,7 @@ from multiserver.daemon import _snapshot
 from multiserver.daemon._children import ChildTable
 from multiserver.daemon._connection import ClientConnection
 from multiserver.daemon._core import Answer, Reply
+from multiserver.daemon._events import EventLog
 from multiserver.daemon._origin import DaemonOrigin
 from multiserver.daemon._snapshot import BlobWriter, Snapshot
 from multiserver.protocol._messages import Error, Upgraded
@@ -69,6 +70,9 @@ class Daemon(Protocol):
 
     @property
     def children(self) -> ChildTable: ...
+
+    @property
+    def events(self) -> EventLog: ...
 
     @property
     def clients(self) -> list[ClientConnection]: ...
@@ -128,6 +132,7 @@ def take_snapshot(
     try:
         children, next_id = daemon.children.snapshot(blobs)
         peers = [conn.export(blobs) for conn in conns]
+        events = daemon.events
         origin = files.origin
         snapshot = Snapshot(
             format=_snapshot.FORMAT,
@@ -150,6 +155,9 @@ def take_snapshot(
             paused_at=paused_at,
             upgraded_at=time.time(),
             child_nofile=daemon.child_nofile,
+            events=blobs.add(events.kept()),
+            next_event_seq=events.next_seq,
+            signals_sent=events.signals_sent(),
         )
         parts = _snapshot.encode(snapshot, blobs)
         if blobs_too:

@@ -37,10 +37,32 @@ if TYPE_CHECKING:
     # environment (``_osstr`` says how such a string is held and carried).
     OsStr: TypeAlias = str
     ChildState: TypeAlias = Literal["running", "exited"]
+    EventKind: TypeAlias = Literal[
+        "created",
+        "joined",
+        "left",
+        "taken_over",
+        "exited",
+        "killed",
+        "daemon_upgraded",
+        "activity",
+    ]
 
 # The Literal aliases above, as the codec reads them (it reads annotations
 # as text, without importing typing). A test holds the two equal.
-LITERALS: dict[str, tuple[str, ...]] = {"ChildState": ("running", "exited")}
+LITERALS: dict[str, tuple[str, ...]] = {
+    "ChildState": ("running", "exited"),
+    "EventKind": (
+        "created",
+        "joined",
+        "left",
+        "taken_over",
+        "exited",
+        "killed",
+        "daemon_upgraded",
+        "activity",
+    ),
+}
 
 
 @record
@@ -226,6 +248,19 @@ class Upgrade:
     req: int
 
 
+@record
+class Watch:
+    """Version 8. Follow the daemon's events on this connection: answered
+    by ``Watching``, then ``SessionEvent`` frames (and ``EventsMissed``)
+    pushed until the connection closes (docs/events.md). ``since``: replay
+    the events from that ``seq`` that the daemon still holds first; None:
+    only the events to come."""
+
+    TYPE: ClassVar[int] = 20
+    req: int
+    since: int | None = None
+
+
 # --- replies (daemon -> client); each echoes `req` -----------------------------
 
 
@@ -314,6 +349,17 @@ class Upgraded:
 
 
 @record
+class Watching:
+    """Reply to Watch: the ``seq`` the next event to happen will carry
+    (replayed ones, from ``Watch.since``, come before it). A watcher that
+    reconnects asks ``since`` the seq after the last it saw, or this one."""
+
+    TYPE: ClassVar[int] = 40
+    req: int
+    next_seq: int
+
+
+@record
 class Collected:
     TYPE: ClassVar[int] = 35
     req: int
@@ -370,6 +416,42 @@ class ChildTaken:
     id: int
 
 
+@record
+class SessionEvent:
+    """Version 8, pushed to a watcher (``Watch``): one thing that happened,
+    numbered ``seq`` in the daemon's one order (1 for its first; an
+    instance's numbers go on across an upgrade, and start again with a new
+    instance: ``Welcome.instance_id``). ``id`` and ``name`` are the
+    session's (0 and "" for ``daemon_upgraded``), ``at`` is Unix time,
+    ``exit_code`` is set for ``exited`` and ``killed`` (negative: the
+    signal), ``client`` is the daemon's number of the connection that
+    launched, joined, left or took over (0: none), ``server`` what the
+    daemon runs after ``daemon_upgraded``."""
+
+    TYPE: ClassVar[int] = 52
+    seq: int
+    kind: EventKind
+    id: int
+    name: str
+    at: float
+    exit_code: int | None = None
+    client: int = 0
+    server: str = ""
+
+
+@record
+class EventsMissed:
+    """Version 8, pushed to a watcher: the events ``first_missing`` up to
+    ``next_seq`` (not included) will not come (it fell behind by more than
+    the daemon keeps, or ``Watch.since`` asked for ones it no longer
+    holds); the next event comes with ``next_seq``. What it missed is read
+    again from the daemon's state (``ListChildren``)."""
+
+    TYPE: ClassVar[int] = 53
+    first_missing: int
+    next_seq: int
+
+
 Message = (
     Hello
     | Welcome
@@ -396,6 +478,10 @@ Message = (
     | ChildExited
     | ChildTaken
     | Upgraded
+    | Watch
+    | Watching
+    | SessionEvent
+    | EventsMissed
 )
 
 # Messages a client may send, and messages a daemon may send.
@@ -411,6 +497,7 @@ _CLIENT: tuple[type[Message], ...] = (
     Resize,
     Shutdown,
     Upgrade,
+    Watch,
 )
 _DAEMON: tuple[type[Message], ...] = (
     Welcome,
@@ -427,6 +514,9 @@ _DAEMON: tuple[type[Message], ...] = (
     ChildExited,
     ChildTaken,
     Upgraded,
+    Watching,
+    SessionEvent,
+    EventsMissed,
 )
 MESSAGE_TYPES: dict[int, type[Message]] = {
     cls.TYPE: cls for cls in sorted((*_CLIENT, *_DAEMON), key=lambda cls: cls.TYPE)

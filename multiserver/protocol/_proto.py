@@ -31,11 +31,16 @@ if TYPE_CHECKING:
 # 7: ListChildren.prefixes and .ids (a listing of only the children asked
 # about). Omitted at None, so an older daemon sees the frame it knows; a
 # client never sends them to one (it lists all and selects itself).
-PROTOCOL_VERSION = 7
+# 8: events (docs/events.md): Watch and its answer Watching, then the
+# pushed SessionEvent and EventsMissed. Nothing else changed; a daemon that
+# picked 7 or less for a connection answers Watch EPROTO, and a client
+# tells its caller the daemon is too old for events.
+PROTOCOL_VERSION = 8
 MIN_PROTOCOL_VERSION = 2
 OS_BYTES_VERSION = 5
 UPGRADE_VERSION = 6
 SELECT_VERSION = 7
+EVENTS_VERSION = 8
 # The most a ListChildren may select by: each child is matched against
 # every prefix, so a peer with a million would stall the daemon's loop.
 # A client that would ask for more asks for every child and selects itself.

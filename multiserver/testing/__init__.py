@@ -42,6 +42,7 @@ from multiserver.protocol._messages import (
     Resize as Resize,
     Shutdown as Shutdown,
     Signal as Signal,
+    Watch as Watch,
 )
 from multiserver.testing._behavior import (
     Behavior as Behavior,

@@ -25,6 +25,10 @@ class ChildOwner(Protocol):
         """The child has exited: tell the clients."""
         ...
 
+    def _child_output(self, child: SimChild) -> None:
+        """The daemon read output of the child, which nobody holds."""
+        ...
+
 
 # Above Linux's PID_MAX_LIMIT (2**22) and macOS's 99998: a fake pid can never
 # name a real process, so a stray os.kill on it fails with ESRCH.
@@ -108,6 +112,8 @@ class SimChild:
             raise RuntimeError(f"child {self.id} has exited")
         if not self.held:
             self.buffer.append(data)
+            if data:
+                self._daemon._child_output(self)
             return
         view = memoryview(data)
         while view:

@@ -87,7 +87,10 @@ class _SimHost:
         pass  # nothing drains a simulated child: its output waits in the socket
 
     def unhold(self, child: SimChild) -> None:
+        before = len(child.buffer) + child.buffer.dropped
         child.read_available()  # what the last holder left unread
+        if len(child.buffer) + child.buffer.dropped > before:  # as the daemon's drain reads it
+            self._daemon._child_output(child)
 
     def collect(self, child: SimChild) -> None:
         del self.children[child.id]
@@ -310,6 +313,9 @@ class SimDaemon:
     def _child_exited(self, child: SimChild) -> None:
         assert child.exit_code is not None
         self.core.child_exited(child.id, child.exit_code)
+
+    def _child_output(self, child: SimChild) -> None:
+        self.core.output_seen(child)
 
     # --- internals ----------------------------------------------------------
 

@@ -46,10 +46,14 @@ from multiserver.protocol._messages import (
     Release,
     Released,
     Resize,
+    SessionEvent,
     Shutdown,
     Signal,
+    Watch,
+    Watching,
     Welcome,
 )
+from multiserver.protocol._record import replaced
 from multiserver.protocol._wire import FramedSocket
 from multiserver.testing import SimDaemon
 from tests.conftest import RunningDaemon
@@ -58,7 +62,7 @@ MISSING = "no-such-command-xyz"
 # Bytes that are not UTF-8, as Python holds them (surrogateescape).
 LATIN_DIR = os.fsdecode(b"caf\xe9")
 LATIN_MISSING = os.fsdecode(b"no-such-command-\xe9")
-VOLATILE = {"pid", "tty", "started_at", "exited_at", "instance_id", "server"}
+VOLATILE = {"pid", "tty", "started_at", "exited_at", "instance_id", "server", "at"}
 # The reply that ends each request's answer.
 FINAL: dict[type[Message], tuple[type[Message], ...]] = {
     Launch: (Launched,),
@@ -70,6 +74,7 @@ FINAL: dict[type[Message], tuple[type[Message], ...]] = {
     Resize: (Ok,),
     Shutdown: (Ok,),
     Collect: (Collected,),
+    Watch: (Watching,),
 }
 
 
@@ -104,6 +109,7 @@ class Probe:
     def __init__(self, framed: FramedSocket) -> None:
         self._framed = framed
         self.notices: list[Message] = []
+        self.events: list[SessionEvent] = []
 
     @classmethod
     async def open(cls, path: Path) -> Probe:
@@ -121,6 +127,9 @@ class Probe:
             if isinstance(reply, ChildExited | ChildTaken):
                 self.notices.append(reply)
                 continue
+            if isinstance(reply, SessionEvent):
+                self.events.append(reply)
+                continue
             answer.append((normal(reply), len(event.fds)))
             if self._done(msg, reply):
                 return answer
@@ -136,6 +145,21 @@ class Probe:
         if isinstance(reply, Claimed | Children):
             return reply.last
         return isinstance(reply, FINAL[type(msg)])
+
+    async def events_before(self, next_seq: int) -> list[Any]:
+        """Every event this watcher read, and reads, up to ``next_seq``
+        (not included): as plain data, each connection named by the order
+        in which it first appears (the daemons number theirs apart)."""
+        while not self.events or self.events[-1].seq < next_seq - 1:
+            event = await self._framed.receive()
+            close_fds(event.fds)
+            if isinstance(event.message, SessionEvent):
+                self.events.append(event.message)
+        clients: dict[int, int] = {0: 0}
+        return [
+            normal(replaced(e, client=clients.setdefault(e.client, len(clients))))
+            for e in self.events
+        ]
 
     def close(self) -> None:
         self._framed.close()
@@ -154,6 +178,8 @@ def scenario(cwd: str) -> list[Step]:
     return [
         ("a", lambda req: Hello(min_version=2, max_version=PROTOCOL_VERSION)),
         ("b", lambda req: Hello(min_version=2, max_version=PROTOCOL_VERSION, children=False)),
+        ("w", lambda req: Hello(min_version=2, max_version=PROTOCOL_VERSION, children=False)),
+        ("w", lambda req: Watch(req=req)),  # every event from here, live
         ("a", launch(name="one", hold=False)),
         ("a", launch(name="two")),
         ("a", launch(name="one")),  # EEXIST
@@ -206,6 +232,9 @@ def scenario(cwd: str) -> list[Step]:
         ("c", lambda req: Claim(req=req, ids=[4])),  # "latin": escaped for an older client
         ("d", lambda req: Hello(min_version=2, max_version=4)),
         ("d", lambda req: ListChildren(req=req)),
+        ("d", lambda req: Watch(req=req)),  # EPROTO: version 4
+        ("r", lambda req: Hello(min_version=2, max_version=PROTOCOL_VERSION, children=False)),
+        ("r", lambda req: Watch(req=req, since=1)),  # every event again, replayed
     ]
 
 
@@ -221,6 +250,10 @@ async def run(path: Path, steps: list[Step]) -> list[Any]:
                 answer = await probe.ask(build(n))
             transcript.append((n, who, answer, [normal(x) for x in probe.notices]))
             probe.notices.clear()
+        if "r" in probes:  # what the live watcher and the replay read
+            next_seq = transcript[-1][2][0][0][1]["next_seq"]
+            for who in ("w", "r"):
+                transcript.append((who, await probes[who].events_before(next_seq)))
     finally:
         for probe in probes.values():
             probe.close()
@@ -240,16 +273,30 @@ async def test_the_real_and_the_simulated_daemon_answer_alike(
         assert got == want, f"step {want[0]} ({want[1]}): the simulator differs"
     # The table covers what it means to: errors of every kind, and answers.
     errnos = {
-        reply[1]["errno"] for _, _, answer, _ in real for reply, _ in answer if reply[0] == "Error"
+        reply[1]["errno"]
+        for _, _, answer, _ in real[:-2]
+        for reply, _ in answer
+        if reply[0] == "Error"
     }
     assert {errno.EEXIST, errno.EINVAL, errno.ENOENT, errno.EBUSY} <= errnos
-    notices = [n for _, _, _, ns in real for n in ns]
+    notices = [n for _, _, _, ns in real[:-2] for n in ns]
     assert ("ChildTaken", {"id": 2}) in notices
+    # The events, as they happened and replayed: the same, in order.
+    (_, live), (_, replayed) = real[-2:]
+    assert live == replayed
+    kinds = [(e[1]["kind"], e[1]["name"]) for e in live]
+    assert kinds[:4] == [
+        ("created", "one"),
+        ("created", "two"),
+        ("joined", "two"),
+        ("created", "long"),
+    ]
+    assert ("taken_over", "two") in kinds and ("left", "two") in kinds
 
     # The bytes came back as they went, and escaped where a person reads them.
     def latin(who: str) -> dict[str, Any]:
         """The "latin" child as ``who`` was last shown it."""
-        found = [i for _, w, answer, _ in real if w == who for i in child_infos(answer)]
+        found = [i for _, w, answer, _ in real[:-2] if w == who for i in child_infos(answer)]
         return [i for i in found if i["name"] == "latin"][-1]
 
     assert latin("a")["argv"][-1] == os.fsdecode(b"x\xe9")
@@ -257,7 +304,7 @@ async def test_the_real_and_the_simulated_daemon_answer_alike(
     for older in ("c", "d"):  # versions 3 and 4
         assert latin(older)["argv"][-1] == "x\\xe9"
         assert latin(older)["cwd"] == os.path.join(tmp_path, "caf\\xe9")
-    messages = [r[1]["message"] for _, _, a, _ in real for r, _ in a if r[0] == "Error"]
+    messages = [r[1]["message"] for _, _, a, _ in real[:-2] for r, _ in a if r[0] == "Error"]
     assert "command not found: no-such-command-\\xe9" in messages
     assert "no such directory: /no/such/caf\\xe9" in messages
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import os
 import warnings
 from collections.abc import Iterator
@@ -138,9 +139,16 @@ class FakeHost:
 
 
 class FakePeer:
+    _numbers = itertools.count(1)
+
     def __init__(self, max_frame: int | None = None) -> None:
         self.codec = Codec("daemon") if max_frame is None else Codec("daemon", max_frame=max_frame)
         self.notices: list[Message] = []
+        self.id = next(self._numbers)
+        self.woken = 0  # events_ready calls
+
+    def events_ready(self) -> None:
+        self.woken += 1
 
     def encode(self, msg: Message, nfds: int = 0) -> bytes:
         return self.codec.send(msg, nfds)

@@ -43,6 +43,7 @@ from multiserver.protocol._messages import (
     Collect,
     Collected,
     Error,
+    EventsMissed,
     Hello,
     Launch,
     Launched,
@@ -55,10 +56,13 @@ from multiserver.protocol._messages import (
     Release,
     Released,
     Resize,
+    SessionEvent,
     Shutdown,
     Signal,
     Upgrade,
     Upgraded,
+    Watch,
+    Watching,
     Welcome,
 )
 
@@ -244,6 +248,8 @@ CLIENT_SAMPLES: list[Message] = [
     Shutdown(req=12, force=True),
     Shutdown(req=-1),
     Upgrade(req=13),
+    Watch(req=14),
+    Watch(req=15, since=1),
 ]
 
 
@@ -276,6 +282,11 @@ DAEMON_SAMPLES: list[Message] = [
     ChildExited(id=1, exit_code=0),
     ChildTaken(id=1),
     Upgraded(req=13, pid=77, old_server="multiserver/0.1", server="multiserver/0.2", paused=0.1),
+    Watching(req=14, next_seq=1),
+    SessionEvent(seq=1, kind="created", id=1, name="main", at=1.5, client=3),
+    SessionEvent(seq=2, kind="killed", id=1, name="main", at=2.0, exit_code=-9),
+    SessionEvent(seq=3, kind="daemon_upgraded", id=0, name="", at=3.0, server="multiserver/0.2"),
+    EventsMissed(first_missing=4, next_seq=4100),
 ]
 
 
@@ -967,3 +978,18 @@ def test_inconsistent_claim_batch_is_a_protocol_error(
     frame = raw_frame(Claimed.TYPE, data, blob, nfds=nfds)
     fds = pipes.make(nfds)
     assert_broken(client, lambda: feed(client, frame, fds), match, fds, pipes)
+
+
+def test_the_documented_event_frame_is_what_the_codec_writes() -> None:
+    """docs/protocol.md §8 shows a ``SessionEvent`` and its header's bytes."""
+    doc = (Path(__file__).parents[3] / "docs" / "protocol.md").read_text()
+    example = doc[doc.index("## 8. Example") :]
+    [line] = [x for x in example.splitlines() if x.startswith('← [8 52 0] {"seq":7,')]
+    body = line.split(" ", 4)[4].encode()
+    _, daemon = connected(8)
+    event = SessionEvent(seq=7, kind="exited", id=2, name="2", at=1718000000.25, exit_code=0)
+    frame = daemon.send(event)
+    assert frame[HEADER_SIZE:] == body
+    header = " ".join(f"{b:02x}" for b in frame[:HEADER_SIZE])
+    assert f"header `{header}`" in " ".join(example.split())
+    assert f"{len(frame)} bytes" in " ".join(example.split())
