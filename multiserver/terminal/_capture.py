@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import bisect
 import re
-
-import attrs
+from dataclasses import dataclass
 
 from multiserver.terminal._vt import Screen, feed, line_text, shown
 
@@ -67,7 +66,7 @@ _LOOK_BACK = 64 * 1024  # how far back the attributes in effect are looked for
 # --- where to start -----------------------------------------------------------
 
 
-@attrs.frozen
+@dataclass(frozen=True)
 class Marks:
     """What one walk through an output finds (``marks``): the points that
     leave the screen shown at its end blank, with the cursor's place
@@ -144,7 +143,7 @@ def line_local(replayed: str) -> bool:
     return True
 
 
-@attrs.frozen
+@dataclass(frozen=True)
 class Start:
     """Where rendering starts (``at``); whether the alternate screen is
     shown there; where the cursor last got its attributes back before it;
@@ -226,7 +225,7 @@ def _screen(data: bytes, rows: int, cols: int, history: int | None) -> Screen:
 # --- the result ---------------------------------------------------------------
 
 
-@attrs.frozen
+@dataclass(frozen=True)
 class Capture:
     """A session's screen as text: ``lines`` are the ``history`` lines
     above the screen, then its ``rows`` lines, each without its trailing
