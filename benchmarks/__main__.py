@@ -22,6 +22,7 @@ from types import FrameType, ModuleType
 
 from benchmarks import (
     attached,
+    capturing,
     claim,
     commands,
     drain,
@@ -76,6 +77,7 @@ MODULES: tuple[ModuleType, ...] = (
     commands,
     scrollback,
     replaying,
+    capturing,
     remote,
     upgrade,
     upgrade_memory,

@@ -101,7 +101,7 @@ PROGRAMS: dict[str, tuple[str, Callable[[Scratch], bytes]]] = {
 }
 
 
-def _one_mib(capture: bytes) -> bytes:
+def one_mib(capture: bytes) -> bytes:
     if not capture:
         raise RuntimeError("the program wrote nothing")
     return (capture * (SIZE // len(capture) + 1))[:SIZE]
@@ -145,7 +145,7 @@ def run(settings: Settings) -> list[Row]:
                     Row(FIGURE, name, None, "ms", 0, BASELINE, None, detail="not installed")
                 )
                 continue
-            payloads[name] = _one_mib(capture(sc))
+            payloads[name] = one_mib(capture(sc))
         for name, data in payloads.items():
             path = sc.root / f"{name}.bin"
             path.write_bytes(data)

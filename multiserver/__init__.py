@@ -4,8 +4,8 @@ A per-user daemon owns child processes on PTYs and hands their master fds to
 clients over a Unix socket (SCM_RIGHTS). This package is the daemon, the wire
 protocol and the client library; ``restore`` and ``adopter`` build on it.
 
-Public API: what a terminal app needs to connect, launch, claim, peek and
-list (restoring and adopting are the ``restore`` and ``adopter`` packages;
+Public API: what a terminal app needs to connect, launch, claim, peek,
+capture and list (restoring and adopting are the ``restore`` and ``adopter`` packages;
 the simulated daemons, ``multiserver.testing``). Everything else is
 private and may change; what this project's own packages share is
 ``multiserver.internal``, which promises nothing::
@@ -44,6 +44,7 @@ EXPORTS = {
         "UntrustedPeer",
         "VersionRefused",
     ),
+    "multiserver.client._capture": ("capture", "held_output"),
     "multiserver.client._client": ("Client", "dial", "open_client"),
     "multiserver.client._results": ("ClaimResult", "LaunchResult", "PeekResult"),
     "multiserver.client._spawn": ("TimedOut",),
@@ -62,6 +63,7 @@ EXPORTS = {
     "multiserver.settings._env": ("launch_env",),
     "multiserver.settings._settings": ("default_daemon_number",),
     "multiserver.system._paths": ("DaemonPaths",),
+    "multiserver.terminal._capture": ("Capture",),
     "multiserver.terminal._replay": ("ReplayEnd", "for_terminal"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, EXPORTS, globals())

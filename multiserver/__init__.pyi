@@ -14,6 +14,10 @@ from multiserver._errors import (
     UntrustedPeer as UntrustedPeer,
     VersionRefused as VersionRefused,
 )
+from multiserver.client._capture import (
+    capture as capture,
+    held_output as held_output,
+)
 from multiserver.client._client import (
     Client as Client,
     dial as dial,
@@ -59,6 +63,9 @@ from multiserver.settings._settings import (
 )
 from multiserver.system._paths import (
     DaemonPaths as DaemonPaths,
+)
+from multiserver.terminal._capture import (
+    Capture as Capture,
 )
 from multiserver.terminal._replay import (
     ReplayEnd as ReplayEnd,

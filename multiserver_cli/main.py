@@ -30,6 +30,7 @@ COMMAND_NAMES: tuple[str, ...] = (
     "attach",
     "ls",
     "peek",
+    "capture",
     "kill",
     "events",
     "restore",

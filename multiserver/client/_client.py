@@ -21,7 +21,7 @@ import math
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -60,6 +60,9 @@ from multiserver.protocol._messages import (
 from multiserver.protocol._wire import FramedSocket
 from multiserver.settings._config import DaemonConfig
 from multiserver.system._paths import DaemonPaths
+
+if TYPE_CHECKING:
+    from multiserver.terminal._capture import Capture
 
 Notice = ChildExited | ChildTaken
 T = TypeVar("T")
@@ -315,6 +318,22 @@ class Client:
 
         Cancellation: nothing happened."""
         return await self._run(calls.peek(child_id, max_bytes))
+
+    async def capture(
+        self, child_id: int, *, history: int | None = 0, styled: bool = False
+    ) -> Capture:
+        """A child's screen as its terminal shows it (``multiserver.capture``
+        of its ``peek``, or of what its holder keeps if a client holds it),
+        rendered in a worker thread.
+
+        Cancellation: nothing happened (a rendering under way finishes in
+        its thread, unseen)."""
+        from multiserver.client._capture import capture, held_output
+
+        peeked = held_output(await self.peek(child_id), self.instance_id)
+        return await trio.to_thread.run_sync(
+            lambda: capture(peeked, history=history, styled=styled), abandon_on_cancel=True
+        )
 
     async def resize(self, child_id: int, rows: int, cols: int) -> None:
         """Cancellation: the size may have been set."""

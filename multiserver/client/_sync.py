@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from multiserver.client._results import ClaimResult, LaunchResult, PeekResult
     from multiserver.protocol._messages import ChildInfo, Message, Upgraded, Welcome
     from multiserver.settings._config import DaemonConfig
+    from multiserver.terminal._capture import Capture
 
     Notice = ChildExited | ChildTaken
     T = TypeVar("T")
@@ -282,6 +283,13 @@ class SyncClient:
 
     def peek(self, child_id: int, max_bytes: int | None = None) -> PeekResult:
         return self._run(calls.peek(child_id, max_bytes))
+
+    def capture(self, child_id: int, *, history: int | None = 0, styled: bool = False) -> Capture:
+        """As ``Client.capture`` (the rendering in this thread)."""
+        from multiserver.client._capture import capture, held_output
+
+        peeked = held_output(self.peek(child_id), self.instance_id)
+        return capture(peeked, history=history, styled=styled)
 
     def resize(self, child_id: int, rows: int, cols: int) -> None:
         self._run(calls.resize(child_id, rows, cols))

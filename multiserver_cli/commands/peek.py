@@ -55,7 +55,7 @@ def run(args: Namespace) -> int:
             _show(output[len(output) - n :])
             return 0
         found = live_or_fail(args.name, resolution)
-        notice = _notice(saved.find(found.child.name), found.instance_id, found.child.id)
+        notice = saved_notice(saved.find(found.child.name), found.instance_id, found.child.id)
     with (
         bounded("peek"),
         dial(found.socket, children=False, deadline=deadline()) as client,
@@ -88,10 +88,11 @@ def _show(output: bytes) -> None:
     out.flush()
 
 
-def _notice(leaf: SessionLeaf | None, instance_id: str, child_id: int) -> bytes:
-    """What attach shows first and peek too: the saved session's notice
-    (a relaunched session's saved scrollback and the marker), if it is
-    this child's and nobody attached since. Peek leaves it in place."""
+def saved_notice(leaf: SessionLeaf | None, instance_id: str, child_id: int) -> bytes:
+    """What attach shows first, and peek and capture too: the saved
+    session's notice (a relaunched session's saved scrollback and the
+    marker), if it is this child's and nobody attached since. Both leave
+    it in place."""
     if leaf is None or leaf.ref is None or not leaf.notice:
         return b""
     if (leaf.ref.instance_id, leaf.ref.child_id) != (instance_id, child_id):

@@ -324,6 +324,7 @@ async def test_daemon_prints_its_socket_and_stop_refuses_while_sessions_run(
 # session "x" exists, "nosuch" does not.
 ERRORS = [
     (["peek", "nosuch"], 1, "no session named 'nosuch'"),
+    (["capture", "nosuch"], 1, "no session named 'nosuch'"),
     (["new", "-d", "-n", "y", "--", "no-such-command-xyz"], 1, "command not found: no-such"),
     (["new", "-d", "-n", "y", "--cwd", "/nonexistent", "--", "true"], 1, "no such directory"),
     (["new", "-d", "-n", "x", "--", "true"], 1, "a session named 'x' exists already"),
@@ -361,6 +362,7 @@ ARGUMENT_ERRORS = [
     (["kill", "-s", "0", "x"], 2, "unknown signal '0'"),
     (["--daemon", "0", "ls"], 2, "--daemon 0: must be a whole number from 1 to 999999"),
     (["peek", "--bytes", "-1", "x"], 2, "--bytes must be >= 0"),
+    (["capture", "-S", "5", "x"], 2, "argument -S: -S takes -N (N lines of history) or -"),
     (["new", "-A", "-d", "--", "true"], 2, "-A needs a session name"),
     (["new", "-d", "--linger", "-1", "--", "true"], 2, "--linger must be >= 0"),
     (["attach", "-e", "^^^", "x"], 2, "-e '^^^': must be ^ and a letter"),

@@ -1,6 +1,6 @@
 """What a command imports decides most of its start-up (issue 22;
 docs/benchmarks.md, "command start-up"). Each command listed here ends, in
-a fresh process, with none of attrs, cattrs, trio or typing imported:
+a fresh process, with none of attrs, cattrs, trio, typing or pyte imported:
 ``version``; ``ls`` and ``peek`` with a daemon holding a saved session
 (the saved sessions read lightly, ``restore.read_saved``) and a hosts
 file; ``new -d`` once the store exists (its session added lightly);
@@ -25,7 +25,7 @@ import pytest
 from multiserver_cli.main import build_parser
 from tests.conftest import MsDirs, daemon_pids_for, stop_daemon_sync, wait_until_sync
 
-HEAVY = ("attr", "attrs", "cattrs", "trio", "typing", "typing_extensions")
+HEAVY = ("attr", "attrs", "cattrs", "trio", "typing", "typing_extensions", "pyte")
 
 SCRIPT = """
 import json, sys
