@@ -55,7 +55,10 @@ async def test_a_host_s_events_come_through_ssh_and_end_with_the_command(
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        await wait_until(lambda: lines, 30, "the host's first event")
+        await wait_until(lambda: lines or proc.poll() is not None, 30, "the host's first event")
+        if not lines:  # it ended before any: say what it said
+            assert proc.stderr is not None
+            raise AssertionError(f"events ended ({proc.wait()}): {proc.stderr.read()!r}")
         killed = run(ms_dirs, sshd, "kill", "db1:web")
         assert killed.returncode == 0, killed.stderr
         await wait_until(lambda: any('"exited"' in line for line in lines), 30, "web exited")
