@@ -102,14 +102,17 @@ def _follow(client: SyncClient, names: frozenset[str], as_json: bool) -> None:
     poll.register(client.fileno(), select.POLLIN)
     poll.register(out.fileno(), 0)  # its hangup and error only: its reader gone
     while True:
-        for fd, happened in poll.poll():
-            if fd == out.fileno() and happened & (select.POLLHUP | select.POLLERR):
-                return
+        # What already came first: the events that arrived with the answer
+        # to Watch (a --since replay) are read, and the socket then has
+        # nothing to wake a poll with.
         while (item := client.wait_event(time.monotonic())) is not None:
             fields = {**as_fields(item), "daemon_instance": client.instance_id}
             if wanted(fields, names):
                 out.write(shown(fields, as_json) + "\n")
         out.flush()
+        for fd, happened in poll.poll():
+            if fd == out.fileno() and happened & (select.POLLHUP | select.POLLERR):
+                return
 
 
 def _follow_there(host_name: str, names: frozenset[str], as_json: bool, since: int | None) -> int:

@@ -179,3 +179,20 @@ def test_a_line_for_a_person_says_time_kind_name_id_and_code() -> None:
     assert wanted({"kind": "missed"}, frozenset({"x"}))
     assert wanted({"kind": "daemon_upgraded", "name": ""}, frozenset({"x"}))
     assert not wanted({"kind": "created", "name": "y"}, frozenset({"x"}))
+
+
+async def test_since_shows_what_happened_before_with_nothing_happening_after(
+    ms_dirs: MsDirs,
+) -> None:
+    """The events replayed from ``--since`` come at once after the answer
+    to Watch, often in the same read: they are shown without waiting for
+    another event to wake the command (none comes here)."""
+    for i in range(3):
+        await ms(ms_dirs, "new", "-d", "-n", f"quiet{i}", "--", "sleep", "1000")
+    for attempt in range(5):  # the one read or two: a race each time
+        follower = Follower(ms_dirs, "events", "--json", "--since", "1")
+        try:
+            await follower.wait(lambda e: len(e) >= 3, f"the 3 events before, try {attempt}")
+            assert [e["name"] for e in follower.events()][:3] == ["quiet0", "quiet1", "quiet2"]
+        finally:
+            follower.kill()
