@@ -161,6 +161,8 @@ def run_attached(
             # The replay without its queries; the filter drops the terminal's
             # answers to what was missed.
             answers = screen.replay(replay, answers_to=stdin)
+            if replay and terminal_size(stdin) not in (None, (child.rows, child.cols)):
+                screen.resized()
             if keeper is not None:
                 screen.keep = keeper.live
             try:

@@ -136,6 +136,15 @@ class Screen:
         self._replay_end = ReplayEnd(tail) if tail else None
         return AnswerFilter(deadline=time.monotonic() + ANSWER_WAIT) if ask else None
 
+    def resized(self) -> None:
+        """The replay was drawn at another size than this terminal's: its
+        scroll region made the whole screen again, as a terminal does when
+        it is resized (xterm, tmux), where the program's SIGWINCH finds it.
+        A region of the old size would keep the rows below it from
+        scrolling (vim sets none on its redraw). The cursor stays where the
+        replay left it; nothing of this is the program's (``shown``)."""
+        write_all(self.fd, b"\x1b7\x1b[r\x1b8")
+
     def live(self, data: bytes) -> bytes:
         """What of the program's live output ``data`` to write, recorded
         (and kept): as it came, once it has finished the replay's cut end."""

@@ -244,6 +244,40 @@ async def test_full_screen_program_is_redrawn_on_attach_and_resize(
     await t2.wait_screen("[detached from fs]")
 
 
+REGION = r"""
+import os, signal
+os.write(1, b"\x1b[1;5r")  # a scroll region of five rows, at the session's size
+def draw(*_):
+    os.write(1, b"\x1b[5;1H" + b"".join(b"L%d\r\n" % i for i in range(1, 41)))
+signal.signal(signal.SIGWINCH, draw)
+while True:
+    signal.pause()
+"""
+
+
+async def test_a_replay_drawn_at_another_size_leaves_no_scroll_region_behind(
+    ms_dirs: MsDirs, open_terminal
+) -> None:
+    """The program set a scroll region at its 24 rows; a 30-row window
+    attaches. A terminal resets its region when resized, and the program,
+    told of the new size, prints 40 lines without setting one: they scroll
+    the whole window, as they would on a terminal that had been resized,
+    not the replayed region's five rows (vim redraws so: issue 38's
+    capture found it)."""
+    script = ms_dirs.root / "region.py"
+    script.write_text(REGION)
+    await ms(ms_dirs, "new", "-d", "-n", "region", "--", sys.executable, str(script))
+    await wait_session(ms_dirs, "region", lambda s: s and s.buffered_bytes > 0, "region set")
+    t = open_terminal(rows=30, cols=100)
+    await t.wait_prompt()
+    t.line("multiserver attach region")
+    # L40 on the 29th row: only a whole window scrolls it there (a region
+    # of five rows would keep it on the fifth).
+    await t.wait_screen(lambda s: s.split("\n")[27:29] == ["L39", "L40"])
+    t.type(DETACH)
+    await t.wait_screen("[detached from region]")
+
+
 async def test_program_exit_while_attached_reports_its_code(ms_dirs: MsDirs, open_terminal) -> None:
     """`exit 3` in the session: `[e exited with code 3]`, status 3, terminal
     modes back, session collected; killed by SIGKILL: `[k killed by SIGKILL]`,
