@@ -18,11 +18,12 @@ Rules, all here:
 - **Activity** (output read from a session nobody holds): at most one
   event per session per ``ACTIVITY_INTERVAL``, on the first output after
   it (a session that writes all the time: one a second).
-- **killed, or exited.** A session's end is ``killed`` when the signal
-  that ended it is one a client's ``Signal`` sent it (``multiserver kill``:
-  SIGHUP, then SIGKILL); any other end, a signal included (its own, the
-  system's, a linger's or a shutdown's), is ``exited``. Both carry the
-  code (negative: the signal).
+- **exited, and killed before it.** Every end of a session is
+  ``exited``, with its code (negative: the signal), whatever ended it (a
+  signal of its own, the system's, a linger's, a shutdown's, a client's).
+  When the signal that ended it is one a client's ``Signal`` sent it
+  (``multiserver kill``: SIGHUP, then SIGKILL), ``killed``, with the same
+  code, comes just before.
 """
 
 from __future__ import annotations

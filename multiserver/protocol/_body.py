@@ -1,7 +1,6 @@
-"""JSON bodies, as both codecs read and write them (the cattrs one of the
-attrs classes, ``_codec``, and the light one, ``_light``): one strict
-check per JSON type, the OS string forms, and the body's JSON itself.
-Pure; no attrs.
+"""JSON bodies, as the codec (``_codec``) reads and writes them, and the
+store's light read too: one strict check per JSON type, the OS string
+forms, and the body's JSON itself. Pure; no attrs.
 
 OS strings (``OsStr``: argv, cwd, the environment). Unstructured, an OS
 string is a str when its bytes are UTF-8 and those bytes otherwise.

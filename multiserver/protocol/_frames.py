@@ -5,9 +5,9 @@ feeds it what ``recvmsg`` returned (``receive_data(data, fds)``), asks for
 parsed events (``next_event()``) and asks it to encode messages (``send``),
 then sends the bytes with the fds itself. See docs/protocol.md.
 
-The frames are the same whatever their bodies hold: a ``Family`` names the
+The frames know nothing of what the bodies hold: a ``Family`` names the
 message classes and the body codec that reads and writes them
-(``_codec.MESSAGES``, the protocol's; a test may make another).
+(``_codec.MESSAGES``), so that this module imports neither.
 
 Frame layout (network byte order)::
 

@@ -1,7 +1,7 @@
 """What the protocol is, apart from its message classes: the version
 numbers, the name rule, how a child's end reads, and the rules of the
 ``Claimed`` frame. Pure, and free of attrs: the message classes
-(``_messages``) and the light client path (``_light``) share it.
+(``_messages``), the codec and both clients share it.
 
 Any change to a message, its fields or its meaning bumps ``PROTOCOL_VERSION``.
 """

@@ -10,7 +10,7 @@ order (by position or name; a class attribute is the field's default), and
 a frozen record also refuses ``setattr`` and hashes by its fields, as attrs'
 frozen classes do. ``ClassVar`` annotations are not fields. What they do not
 do: validators, converters, factories, inheritance of fields; a class that
-needs them is an attrs class. ``replaced`` (``_frames``) copies either kind.
+needs them is an attrs class. ``replaced`` (below) copies either kind.
 ``tests/multiserver/protocol/test_record.py`` holds them to attrs.
 """
 
