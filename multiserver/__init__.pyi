@@ -44,7 +44,10 @@ from multiserver.protocol._messages import (
     ChildInfo as ChildInfo,
     ChildTaken as ChildTaken,
     EventsMissed as EventsMissed,
+    GiveBack as GiveBack,
     SessionEvent as SessionEvent,
+    Shared as Shared,
+    Skipped as Skipped,
     Welcome as Welcome,
 )
 from multiserver.protocol._proto import (

@@ -100,6 +100,7 @@ _ROWS = {s.name: s for s in (*_COMMAND_ROWS, *ENVIRONMENT)}
 _FILE_ORDER = (
     "detach_key",
     "buffer_limit",
+    "share_size",
     "restore_timeout",
     "strip_env",
     "keep_env",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from multiserver._errors import ChildFailed
+from multiserver._errors import ChildFailed, DaemonTooOld, PeerProtocolError
 from multiserver.client._results import ClaimResult, LaunchResult, PeekResult, claim_results
 from multiserver.protocol._frames import Event, close_fds
 from multiserver.protocol._messages import (
@@ -24,6 +24,8 @@ from multiserver.protocol._messages import (
     Claimed,
     Collect,
     Collected,
+    HandBack,
+    HandedBack,
     Launch,
     Launched,
     ListChildren,
@@ -40,7 +42,13 @@ from multiserver.protocol._messages import (
     Watch,
     Watching,
 )
-from multiserver.protocol._proto import SELECT_VERSION, select_problem, selected
+from multiserver.protocol._proto import (
+    PROTOCOL_VERSION,
+    SELECT_VERSION,
+    SHARING_VERSION,
+    select_problem,
+    selected,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -164,22 +172,44 @@ class _Launch(Call[LaunchResult]):
         return LaunchResult(event.message.child, event.fds[0] if event.fds else None)
 
 
-def claim(ids: Sequence[int], *, steal: bool, keep_output: bool) -> Call[list[ClaimResult]]:
-    return _Claim(list(ids), steal, keep_output)
+def claim(
+    ids: Sequence[int],
+    *,
+    steal: bool,
+    keep_output: bool,
+    join: bool = False,
+    read_only: bool = False,
+    version: int = PROTOCOL_VERSION,
+) -> Call[list[ClaimResult]]:
+    """Raises DaemonTooOld for a join of a daemon before version 9."""
+    if (join or read_only) and version < SHARING_VERSION:
+        raise DaemonTooOld.without_sharing(version, SHARING_VERSION)
+    return _Claim(list(ids), steal, keep_output, join, read_only)
 
 
 class _Claim(Call[list[ClaimResult]]):
     """The answer comes in frames until ``last``; each frame's fds are the
     caller's once the call returns."""
 
-    def __init__(self, ids: list[int], steal: bool, keep_output: bool) -> None:
+    def __init__(
+        self, ids: list[int], steal: bool, keep_output: bool, join: bool, read_only: bool
+    ) -> None:
         self.ids = ids
         self.steal = steal
         self.keep_output = keep_output
+        self.join = join
+        self.read_only = read_only
         self.results: list[ClaimResult] = []
 
     def message(self, req: int) -> Message:
-        return Claim(req=req, ids=self.ids, steal=self.steal, keep_output=self.keep_output)
+        return Claim(
+            req=req,
+            ids=self.ids,
+            steal=self.steal,
+            keep_output=self.keep_output,
+            join=self.join,
+            read_only=self.read_only,
+        )
 
     def feed(self, event: Event) -> list[ClaimResult] | More:
         msg = event.message
@@ -188,8 +218,30 @@ class _Claim(Call[list[ClaimResult]]):
         return self.results if msg.last else MORE
 
     def abandon(self) -> None:
-        close_fds([r.master for r in self.results if r.master is not None])
+        close_fds([fd for r in self.results for fd in (r.master, r.feed) if fd is not None])
         self.results.clear()
+
+
+def hand_back(child_id: int, shown: bytes) -> Call[int]:
+    return _HandBack(child_id, shown)
+
+
+class _HandBack(Call[int]):
+    """The answer to a GiveBack: the feed's fd, the caller's."""
+
+    def __init__(self, child_id: int, shown: bytes) -> None:
+        self.child_id = child_id
+        self.shown = shown
+
+    def message(self, req: int) -> Message:
+        return HandBack(req=req, id=self.child_id, shown=self.shown)
+
+    def feed(self, event: Event) -> int | More:
+        assert isinstance(event.message, HandedBack), event.message
+        if len(event.fds) != 1:
+            close_fds(event.fds)
+            raise PeerProtocolError(f"HandedBack came with {len(event.fds)} fds, not 1")
+        return event.fds[0]
 
 
 def release(

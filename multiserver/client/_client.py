@@ -52,8 +52,11 @@ from multiserver.protocol._messages import (
     ChildTaken,
     Error,
     EventsMissed,
+    GiveBack,
     Message,
     SessionEvent,
+    Shared,
+    Skipped,
     Upgraded,
     Welcome,
 )
@@ -64,7 +67,7 @@ from multiserver.system._paths import DaemonPaths
 if TYPE_CHECKING:
     from multiserver.terminal._capture import Capture
 
-Notice = ChildExited | ChildTaken
+Notice = ChildExited | ChildTaken | GiveBack | Shared | Skipped
 T = TypeVar("T")
 NOTICE_QUEUE = 10_000
 
@@ -125,7 +128,7 @@ class Client:
 
     def _route(self, event: Event) -> None:
         msg = event.message
-        if isinstance(msg, ChildExited | ChildTaken):
+        if isinstance(msg, ChildExited | ChildTaken | GiveBack | Shared | Skipped):
             try:
                 self._notice_send.send_nowait(msg)
             except trio.WouldBlock:
@@ -251,7 +254,13 @@ class Client:
         )
 
     async def claim(
-        self, ids: Sequence[int], *, steal: bool = False, keep_output: bool = False
+        self,
+        ids: Sequence[int],
+        *,
+        steal: bool = False,
+        keep_output: bool = False,
+        join: bool = False,
+        read_only: bool = False,
     ) -> list[ClaimResult]:
         """Claim several children in one request; one result per id, in order.
 
@@ -260,10 +269,34 @@ class Client:
         daemon hands over a copy of the buffered output and keeps it (for a
         claimer that releases without reading the fds).
 
+        ``join`` (protocol 9, one id; docs/sharing.md): hold it beside its
+        other holders. Alone, this client reads ``master`` as ever; else its
+        output comes on the result's ``feed`` (the master only takes what is
+        typed), and this client may be pushed ``GiveBack`` (answer with
+        ``hand_back``), ``Shared`` and ``Skipped``. ``read_only``: watch, no
+        master. Raises DaemonTooOld for a join of an older daemon.
+
         Cancellation: some children may be claimed (held by this connection
         until released or closed); their fds are closed.
         """
-        return await self._run(calls.claim(ids, steal=steal, keep_output=keep_output))
+        call = calls.claim(
+            ids,
+            steal=steal,
+            keep_output=keep_output,
+            join=join,
+            read_only=read_only,
+            version=self.version,
+        )
+        return await self._run(call)
+
+    async def hand_back(self, child_id: int, shown: bytes) -> int:
+        """Answer a ``GiveBack``: this client stopped reading the master of
+        ``child_id`` and showed ``shown``. Returns the feed its output comes
+        on from now (the caller's fd); docs/sharing.md.
+
+        Cancellation: the daemon may have taken reading back (the feed is
+        then closed)."""
+        return await self._run(calls.hand_back(child_id, shown))
 
     async def release(
         self, ids: Sequence[int], *, replace_output: bytes | None = None

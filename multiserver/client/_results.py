@@ -25,7 +25,9 @@ class LaunchResult:
 class ClaimResult:
     """One child of a claim: either ``child`` (with ``master`` if it runs,
     the output buffered while unheld and the count dropped past the bound)
-    or ``error``."""
+    or ``error``. A join (version 9) has ``feed``: the fd its output comes
+    on while the daemon reads the master (``master`` then only takes what
+    is typed, and is None for a watcher); docs/sharing.md."""
 
     id: int
     child: ChildInfo | None = None
@@ -33,6 +35,7 @@ class ClaimResult:
     output: bytes = b""
     dropped: int = 0
     error: ChildFailed | None = None
+    feed: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -40,7 +43,7 @@ class ClaimResult:
 
     def without_master(self) -> ClaimResult:
         """The same result, its master fd handed on (or closed)."""
-        return ClaimResult(self.id, self.child, None, self.output, self.dropped, self.error)
+        return ClaimResult(self.id, self.child, None, self.output, self.dropped, self.error, None)
 
 
 @record
@@ -65,7 +68,8 @@ def claim_results(msg: Claimed, fds: tuple[int, ...]) -> list[ClaimResult]:
             )
             continue
         master = next(next_fd) if part.fd else None
-        results.append(ClaimResult(part.id, part.child, master, output, part.dropped))
+        feed = next(next_fd) if part.feed else None
+        results.append(ClaimResult(part.id, part.child, master, output, part.dropped, None, feed))
     return results
 
 

@@ -53,7 +53,10 @@ from multiserver.protocol._messages import (
     Claimed,
     Error,
     EventsMissed,
+    GiveBack,
     SessionEvent,
+    Shared,
+    Skipped,
 )
 from multiserver.protocol._sockio import receive_chunk, rights, send_some
 from multiserver.system._paths import DaemonPaths
@@ -72,7 +75,7 @@ if TYPE_CHECKING:
     from multiserver.settings._config import DaemonConfig
     from multiserver.terminal._capture import Capture
 
-    Notice = ChildExited | ChildTaken
+    Notice = ChildExited | ChildTaken | GiveBack | Shared | Skipped
     T = TypeVar("T")
 
 
@@ -169,7 +172,7 @@ class SyncClient:
         """A notice goes to ``notices``; a reply to an ignored request is
         dropped; anything else is returned."""
         msg = event.message
-        if isinstance(msg, ChildExited | ChildTaken):
+        if isinstance(msg, ChildExited | ChildTaken | GiveBack | Shared | Skipped):
             self.notices.append(msg)
             return None
         if isinstance(msg, SessionEvent | EventsMissed):
@@ -251,9 +254,28 @@ class SyncClient:
         return self._run(call)
 
     def claim(
-        self, ids: Sequence[int], *, steal: bool = False, keep_output: bool = False
+        self,
+        ids: Sequence[int],
+        *,
+        steal: bool = False,
+        keep_output: bool = False,
+        join: bool = False,
+        read_only: bool = False,
     ) -> list[ClaimResult]:
-        return self._run(calls.claim(ids, steal=steal, keep_output=keep_output))
+        """As ``Client.claim``."""
+        call = calls.claim(
+            ids,
+            steal=steal,
+            keep_output=keep_output,
+            join=join,
+            read_only=read_only,
+            version=self.welcome.version,
+        )
+        return self._run(call)
+
+    def hand_back(self, child_id: int, shown: bytes) -> int:
+        """As ``Client.hand_back``."""
+        return self._run(calls.hand_back(child_id, shown))
 
     def release(
         self, ids: Sequence[int], *, replace_output: bytes | None = None

@@ -91,6 +91,7 @@ class Child:
         "pid",
         "rows",
         "started_at",
+        "tap",
         "tty",
     )
 
@@ -125,6 +126,9 @@ class Child:
         self.exited = trio.Event()
         self.eof = False  # read to the end: the slave side is closed
         self.buffer = OutputBuffer(buffer_limit)
+        # While several clients share it (``ChildTable.share``): each read,
+        # as it is read (b"": the end of the PTY).
+        self.tap: Callable[[bytes], None] | None = None
         self._linger_scope: trio.CancelScope | None = None
         self._linger_at = 0.0  # trio time its linger clock runs out
 
@@ -180,6 +184,8 @@ class Child:
             self.buffer.append(data)
             if keeper is not None:
                 keeper.wrote(self, data)
+            if self.tap is not None:
+                self.tap(data)
             got += len(data)
         return got
 
@@ -288,6 +294,8 @@ class ChildTable:
                     self._on_output(child)
                 if child.eof:
                     self._stop_draining(child)
+                    if child.tap is not None:
+                        child.tap(b"")
                 if time.monotonic() >= slice_end:
                     await trio.lowlevel.checkpoint()
                     slice_end = time.monotonic() + DRAIN_SLICE
@@ -373,6 +381,7 @@ class ChildTable:
         """Nobody holds ``child`` from now: drain it, start its linger clock
         (with ``linger_left`` seconds instead of its whole linger: a clock
         that ran in the daemon before an upgrade)."""
+        child.tap = None
         self.keeper.unhold(child)
         self._start_draining(child)
         if child.linger is not None and child.running and child._linger_scope is None:
@@ -381,9 +390,18 @@ class ChildTable:
             child._linger_at = trio.current_time() + left
             self._nursery.start_soon(self._linger, child, child._linger_scope)
 
+    def share(self, child: Child, tap: Callable[[bytes], None]) -> None:
+        """Several clients hold ``child`` from now: the daemon reads it, as
+        if nobody held it (its file kept here too), and hands each read to
+        ``tap`` as it is read; no linger."""
+        self.keeper.unhold(child)
+        child.tap = tap
+        self._start_draining(child)
+
     def hold(self, child: Child) -> None:
         """A client holds ``child`` from now: stop draining it and its
         linger clock. Synchronous: the drain loop is parked between reads."""
+        child.tap = None
         if child._linger_scope is not None:
             child._linger_scope.cancel()
             child._linger_scope = None

@@ -28,8 +28,11 @@ Rules, all here:
   as it came. An older client (before version 5) is shown such strings
   escaped (``caf\\xe9``), as every error message shows them: its codec could
   not read them otherwise.
-- **Holders.** Who holds which child is the core's state: a child has at
-  most one holder; a client that goes away gives back everything it held.
+- **Holders.** Who holds which child is the core's state: one client, or
+  several that share it (version 9, docs/sharing.md: ``_sharing.Sharing``
+  decides who reads the master and what each is owed; this module does
+  what it says, through the host and each holder's ``Feed``). A client
+  that goes away gives back everything it held.
 - **Events.** What happens to a session (launched, held, let go, taken
   over, ended, writing) is recorded in the core's ``EventLog``
   (``_events``) in the step that decides it, in one place for each kind:
@@ -40,16 +43,30 @@ Rules, all here:
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
 from multiserver.daemon._events import EventLog
-from multiserver.daemon._fds import OwnedFd, close_all, dup_all
+from multiserver.daemon._fds import Feed, OwnedFd, close_all, dup_all
+from multiserver.daemon._sharing import (
+    AskBack,
+    Give,
+    Joined,
+    ReadIt,
+    Resume,
+    Send,
+    Sharing,
+    StopReading,
+    TellSkipped,
+    redraw,
+)
 from multiserver.protocol._codec import MAX_FDS_PER_FRAME, FrameTooLarge
 from multiserver.protocol._messages import (
     MIN_PROTOCOL_VERSION,
@@ -67,6 +84,9 @@ from multiserver.protocol._messages import (
     Collect,
     Collected,
     Error,
+    GiveBack,
+    HandBack,
+    HandedBack,
     Hello,
     Launch,
     Launched,
@@ -79,8 +99,10 @@ from multiserver.protocol._messages import (
     Release,
     Released,
     Resize,
+    Shared,
     Shutdown,
     Signal,
+    Skipped,
     Upgrade,
     Watch,
     Watching,
@@ -88,6 +110,7 @@ from multiserver.protocol._messages import (
 )
 from multiserver.protocol._proto import (
     EVENTS_VERSION,
+    SHARING_VERSION,
     UPGRADE_VERSION,
     select_problem,
     selected,
@@ -107,6 +130,13 @@ ARGV_LISTED = 4096
 CLAIM_BATCH_BYTES = 8 * 1024 * 1024
 # Version 4 pages listings and shortens argv with a count of what it left out.
 PAGED_VERSION = 4
+
+# How long a client that reads a shared session's master has to give
+# reading back (``GiveBack``) before it is disconnected: joins wait on it.
+HANDBACK_TIMEOUT = 5.0
+# What a holder's feed may hold before it is behind (``Sharing.bound``):
+# the feed's own size, where the OS makes it smaller.
+FEED_BOUND = 1024 * 1024
 
 # The signal numbers this OS knows, built once: signal.valid_signals() makes
 # a new set of enums on every call (0.4 ms).
@@ -244,6 +274,15 @@ class Peer(Protocol):
         """Queue a pushed notice (ChildExited, ChildTaken); never blocks."""
         ...
 
+    def queue(self, reply: Reply) -> None:
+        """Queue an answer decided later than its request (a join that
+        waited for the reader to give reading back); never blocks."""
+        ...
+
+    def disconnect(self) -> None:
+        """Close the connection (it broke the rules)."""
+        ...
+
 
 class HostedChild(Protocol):
     """One child, as the core sees it."""
@@ -303,6 +342,12 @@ class ChildHost(Protocol[C]):
     def signal(self, child: C, signum: int) -> None: ...
 
     def resize(self, child: C, rows: int, cols: int) -> None: ...
+
+    def share(self, child: C, tap: Callable[[bytes], None]) -> None:
+        """Several clients hold ``child`` from now: the host reads it (into
+        its buffer) and hands each read to ``tap`` (b"": its end); ``hold``
+        or ``unhold`` ends that."""
+        ...
 
     def freed(self, nbytes: int) -> None:
         """``nbytes`` of buffered output left the table (handed over)."""
@@ -374,14 +419,25 @@ class RequestCore(Generic[C]):
         pid: int,
         server: str,
         events: EventLog | None = None,
+        share_size: str = "latest",
     ) -> None:
         self.host = host
+        self.share_size = share_size
         self.instance_id = instance_id
         self.pid = pid
         self.server = server
         self.events = EventLog() if events is None else events
         self._peers: dict[Peer, _PeerState] = {}
-        self._holders: dict[int, Peer] = {}
+        # Who holds each held child, and who reads its master (``_sharing``).
+        self._sharing: dict[int, Sharing] = {}
+        # The output feeds of holders the daemon reads for, by (child, peer).
+        self._feeds: dict[tuple[int, Peer], Feed] = {}
+        # A join's ``req``, while it waits for the reader to give reading back.
+        self._joins: dict[tuple[int, Peer], int] = {}
+        # When each reader that was asked to give reading back was asked.
+        self._asked_at: dict[int, float] = {}
+        # Called when ``tick`` has work (a reader asked, a holder behind).
+        self.tick_wanted: Callable[[], None] = lambda: None
         # The daemon's own end, one at a time: a Shutdown accepted (it
         # stops), or an Upgrade under way (until ``upgrade_ended``).
         self._stopping = False
@@ -401,10 +457,15 @@ class RequestCore(Generic[C]):
         released = sorted(state.held)
         for child_id in released:
             child = self.host.get(child_id)
-            if self._holders.get(child_id) is peer:
-                del self._holders[child_id]
-                if child is not None:
-                    self._let_go(peer, child)
+            sharing = self._sharing.get(child_id)
+            if child is not None and sharing is not None and peer in sharing.holders:
+                self._let_go(peer, child)
+        for child_id, waiting in list(self._joins):
+            if waiting is peer:  # a join that waited: gone with it
+                del self._joins[child_id, peer]
+                sharing = self._sharing.get(child_id)
+                if sharing is not None:
+                    sharing.leave(peer)
         return released
 
     @property
@@ -424,9 +485,9 @@ class RequestCore(Generic[C]):
         children in the host; others are ignored), watching from ``watch``."""
         state = self._peers[peer] = _PeerState(version)
         for child_id in held:
-            if self.host.get(child_id) is not None and child_id not in self._holders:
+            if self.host.get(child_id) is not None and child_id not in self._sharing:
                 state.held.add(child_id)
-                self._holders[child_id] = peer
+                self._sharing[child_id] = Sharing.sole(peer, FEED_BOUND, self.share_size)
         if watch is not None:
             self.events.adopt_watcher(peer, watch)
 
@@ -436,7 +497,16 @@ class RequestCore(Generic[C]):
         self.events.record("daemon_upgraded", server=self.server)
 
     def holder(self, child_id: int) -> Peer | None:
-        return self._holders.get(child_id)
+        """The client that reads ``child_id``'s master, else the first that
+        holds it; None if nobody does."""
+        sharing = self._sharing.get(child_id)
+        if sharing is None:
+            return None
+        return sharing.reader if sharing.reader is not None else next(iter(sharing.holders), None)
+
+    def holders(self, child_id: int) -> list[Peer]:
+        sharing = self._sharing.get(child_id)
+        return [] if sharing is None else list(sharing.holders)
 
     def child_exited(self, child_id: int, exit_code: int) -> None:
         """Tell every client past its handshake, and the watchers."""
@@ -458,9 +528,12 @@ class RequestCore(Generic[C]):
     def forget(self, child_id: int) -> None:
         """``child_id`` left the table without a Collect (a shutdown)."""
         self.events.forget(child_id)
-        peer = self._holders.pop(child_id, None)
-        if peer is not None and peer in self._peers:
-            self._peers[peer].held.discard(child_id)
+        self._end_feeds(child_id)
+        self._asked_at.pop(child_id, None)
+        sharing = self._sharing.pop(child_id, None)
+        for peer in [] if sharing is None else sharing.holders:
+            if peer in self._peers:
+                self._peers[peer].held.discard(child_id)
 
     # --- requests -------------------------------------------------------------------
 
@@ -485,6 +558,8 @@ class RequestCore(Generic[C]):
                 return self._upgrade(peer, msg)
             case Watch():
                 return self._watch(peer, msg)
+            case HandBack():
+                return self._hand_back(peer, msg)
             case Signal() | Collect() | Peek() | Resize():
                 child = self.host.get(msg.id)
                 if child is None:
@@ -500,27 +575,264 @@ class RequestCore(Generic[C]):
         return self._peers[peer].version or MIN_PROTOCOL_VERSION
 
     def _info(self, peer: Peer, child: C, *, held: bool, foreground: bool = False) -> ChildInfo:
-        return listed(child.describe(held=held, foreground=foreground), self._version(peer))
+        info = listed(child.describe(held=held, foreground=foreground), self._version(peer))
+        sharing = self._sharing.get(child.id)
+        if sharing is None or self._version(peer) < SHARING_VERSION:
+            return info
+        return replaced(info, holders=len(sharing.holders), watchers=sharing.watchers)
 
     def _hold(self, peer: Peer, child: C) -> None:
-        previous = self._holders.get(child.id)
-        self._holders[child.id] = peer
+        """``peer`` alone holds ``child`` from now and reads its master (a
+        claim that takes it, a launch): every other holder is told it was
+        taken, a join that waited is refused."""
+        before = self._sharing.get(child.id)
+        others = (
+            []
+            if before is None
+            else [p for p in (*before.holders, *before.waiting) if p is not peer]
+        )
+        self._end_feeds(child.id)
+        self._asked_at.pop(child.id, None)
+        self._sharing[child.id] = Sharing.sole(peer, FEED_BOUND, self.share_size)
         self._peers[peer].held.add(child.id)
         self.host.hold(child)
-        if previous is None:
+        if before is None or (peer not in before.holders and not others):
             self.events.record("joined", child.id, child.name, client=peer.id)
-        elif previous is not peer:
+        if not others:
+            return
+        self.events.record("taken_over", child.id, child.name, client=peer.id)
+        for previous in others:
+            req = self._joins.pop((child.id, previous), None)
+            if req is not None:
+                why = f"session {child.name} was taken over by another client"
+                previous.queue(_failed_claim(previous, req, child.id, errno.EBUSY, why))
+                continue
             if previous in self._peers:
                 self._peers[previous].held.discard(child.id)
             previous.notify(ChildTaken(id=child.id))
-            self.events.record("taken_over", child.id, child.name, client=peer.id)
             self.events.record("left", child.id, child.name, client=previous.id)
 
     def _let_go(self, peer: Peer, child: C) -> None:
-        """``peer`` holds ``child`` no more (released, or gone), and nobody
-        does: the host drains it."""
-        self.host.unhold(child)
+        """``peer`` holds ``child`` no more (released, or gone). Nobody
+        does: the host drains it; else the others go on (the one left
+        may read the master itself again)."""
+        sharing = self._sharing[child.id]
+        feed = self._feeds.pop((child.id, peer), None)
+        if feed is not None:
+            feed.close()
+        actions = sharing.leave(peer)
         self.events.record("left", child.id, child.name, client=peer.id)
+        if not sharing.holders:
+            del self._sharing[child.id]
+            self._asked_at.pop(child.id, None)
+            self.host.unhold(child)
+            return
+        self._act(child, sharing, actions)
+        size = sharing.size()
+        if size is not None:
+            self.host.resize(child, *size)
+        self._tell_shared(child, sharing)
+
+    # --- several holders (docs/sharing.md) ------------------------------------------
+
+    def _join(self, peer: Peer, msg: Claim) -> Answer:
+        """A Claim with ``join`` or ``read_only``: hold the child beside its
+        holders. The answer waits while its reader gives reading back."""
+        if self._version(peer) < SHARING_VERSION:
+            text = f"a join needs protocol version {SHARING_VERSION}"
+            return self.error(peer, msg.req, errno.EPROTO, text)
+        if len(msg.ids) != 1:
+            text = f"a join names one session; {len(msg.ids)} were named"
+            return self.error(peer, msg.req, errno.EINVAL, text)
+        child = self.host.get(msg.ids[0])
+        sharing = None if child is None else self._sharing.get(child.id)
+        if child is None or not child.running or (sharing is None and not msg.read_only):
+            # Nobody to join: a claim as ever (the master handed over, or
+            # the end of an exited session shown).
+            return self._claim(peer, replaced(msg, join=False, read_only=False))
+        if sharing is not None and (peer in sharing.holders or peer in sharing.waiting):
+            return self.error(
+                peer, msg.req, errno.EBUSY, f"this client holds session {child.name} already"
+            )
+        reader = None if sharing is None else sharing.reader
+        if reader is not None and self._version(reader) < SHARING_VERSION:
+            text = (
+                f"session {child.name} is held by a client too old to share it"
+                f" (protocol {self._version(reader)}): take it over instead"
+            )
+            return self.error(peer, msg.req, errno.EBUSY, text)
+        if sharing is None:  # only watchers: the daemon reads
+            sharing = self._sharing[child.id] = Sharing(FEED_BOUND, self.share_size)
+            self.host.hold(child)  # no linger while anybody watches
+            self.host.share(child, self._tap_of(child.id))
+        self._joins[child.id, peer] = msg.req
+        replies = self._act(child, sharing, sharing.join(peer, read_only=msg.read_only), peer)
+        self._tell_shared(child, sharing)
+        return Answer(replies)
+
+    def _hand_back(self, peer: Peer, msg: HandBack) -> Answer:
+        """The reader stopped reading: the daemon reads from here, and
+        feeds it too."""
+        child = self.host.get(msg.id)
+        sharing = self._sharing.get(msg.id)
+        if child is None or sharing is None or sharing.reader is not peer or not sharing.asked:
+            text = f"child {msg.id}: reading was not asked back of this client"
+            return self.error(peer, msg.req, errno.EINVAL, text)
+        try:
+            feed, read_end = Feed.open()
+        except OSError as exc:  # it reads on; the joins wait for the timeout
+            text = f"no feed for child {msg.id}: {exc.strerror}"
+            return self.error(peer, msg.req, exc.errno or errno.EIO, text)
+        self._feeds[child.id, peer] = feed
+        sharing.bound = min(sharing.bound, feed.capacity)
+        reply = _reply(peer, HandedBack(req=msg.req, id=msg.id), [read_end])
+        replies = [reply, *self._act(child, sharing, sharing.handed_back(peer, msg.shown), peer)]
+        self._tell_shared(child, sharing)
+        return Answer(replies)
+
+    def _act(
+        self, child: C, sharing: Sharing, actions: list[Any], current: Peer | None = None
+    ) -> list[Reply]:
+        """Do what ``sharing`` decided; the answers to ``current``'s own
+        join are returned, the others' queued."""
+        replies: list[Reply] = []
+        work = collections.deque(actions)
+        while work:
+            match work.popleft():
+                case Give():
+                    raise AssertionError("a join is never handed the master")
+                case AskBack(peer=reader):
+                    reader.notify(GiveBack(id=child.id))
+                    self._asked_at[child.id] = time.monotonic()
+                    self.tick_wanted()
+                case Resume(shown=shown):
+                    self._asked_at.pop(child.id, None)
+                    if shown:
+                        child.buffer.replace(shown)
+                    self.host.share(child, self._tap_of(child.id))
+                case Joined(peer=joiner):
+                    reply, undo = self._joined(joiner, child, sharing)
+                    work.extend(undo)
+                    if joiner is current:
+                        replies.append(reply)
+                    else:
+                        joiner.queue(reply)
+                case Send(peer=holder, data=data):
+                    feed = self._feeds.get((child.id, holder))
+                    sent = 0 if feed is None else feed.write(data)
+                    if sent < len(data):
+                        sharing.behind(holder, len(data) - sent)
+                        self.tick_wanted()
+                case TellSkipped(peer=holder, missed=missed):
+                    feed = self._feeds.get((child.id, holder))
+                    if feed is not None:
+                        feed.write(redraw(child.buffer.peek()[0], feed.capacity - feed.unread()))
+                    holder.notify(Skipped(id=child.id, missed=missed))
+                case StopReading():
+                    self.host.hold(child)
+                case ReadIt(peer=holder):
+                    feed = self._feeds.pop((child.id, holder), None)
+                    if feed is not None:
+                        feed.close()
+        return replies
+
+    def _joined(self, joiner: Peer, child: C, sharing: Sharing) -> tuple[Reply, list[Any]]:
+        """The answer to ``joiner``'s join: the buffer's replay, the master
+        (to type into) unless it only watches, and its feed. If that cannot
+        be made, it holds nothing (and what that changes is returned)."""
+        req = self._joins.pop((child.id, joiner))
+        read_only = sharing.holders[joiner].read_only
+        output, dropped = child.buffer.peek()
+        fds: list[OwnedFd] = []
+        try:
+            if not read_only and child.master is not None:
+                fds.append(OwnedFd.dup_of(child.master))
+            feed, read_end = Feed.open()
+        except OSError as exc:
+            close_all(fds)
+            why = f"cannot hand over session {child.name}: {exc.strerror}"
+            return _failed_claim(joiner, req, child.id, exc.errno or errno.EIO, why), sharing.leave(
+                joiner
+            )
+        fds.append(read_end)
+        self._feeds[child.id, joiner] = feed
+        sharing.bound = min(sharing.bound, feed.capacity)
+        self._peers[joiner].held.add(child.id)
+        self.events.record("joined", child.id, child.name, client=joiner.id)
+        part = ClaimedChild(
+            id=child.id,
+            child=self._info(joiner, child, held=True),
+            dropped=dropped,
+            output_len=len(output),
+            fd=len(fds) == 2,
+            feed=True,
+        )
+        return _reply(joiner, Claimed(req=req, children=[part], outputs=output), fds), []
+
+    def _tap_of(self, child_id: int) -> Callable[[bytes], None]:
+        return lambda data: self._tap(child_id, data)
+
+    def _tap(self, child_id: int, data: bytes) -> None:
+        """The host read ``data`` from a shared child's master (b"": its
+        end, and every feed ends with it)."""
+        child = self.host.get(child_id)
+        sharing = self._sharing.get(child_id)
+        if child is None or sharing is None:
+            return
+        if not data:
+            self._end_feeds(child_id)
+            return
+        self._act(child, sharing, [*self._taken(child_id, sharing), *sharing.read(data)])
+
+    def _taken(self, child_id: int, sharing: Sharing) -> list[Any]:
+        """What each holder read of its feed since the last look."""
+        actions: list[Any] = []
+        for holder in list(sharing.holders):
+            feed = self._feeds.get((child_id, holder))
+            if feed is not None:
+                owed = sharing.owed(holder)
+                if owed:
+                    actions += sharing.taken(holder, owed - feed.unread())
+        return actions
+
+    def tick(self, now: float) -> bool:
+        """Look again at what waits on time: a reader asked to give reading
+        back too long ago is disconnected; a holder that was behind and has
+        read its feed empty is told what it missed. True: call again soon."""
+        again = False
+        for child_id, sharing in list(self._sharing.items()):
+            asked = self._asked_at.get(child_id)
+            if asked is not None and sharing.reader is not None:
+                if now - asked > HANDBACK_TIMEOUT:
+                    del self._asked_at[child_id]
+                    sharing.reader.disconnect()
+                else:
+                    again = True
+            child = self.host.get(child_id)
+            if child is not None and sharing.lagging:
+                self._act(child, sharing, self._taken(child_id, sharing))
+                again = again or bool(sharing.lagging)
+        return again
+
+    def _tell_shared(self, child: C, sharing: Sharing) -> None:
+        """Every holder that knows sharing is told how many hold and watch
+        the child, its size, and whether that is theirs."""
+        info = child.describe(held=True)
+        for holder in sharing.holders:
+            if self._version(holder) >= SHARING_VERSION:
+                notice = Shared(
+                    id=child.id,
+                    holders=len(sharing.holders),
+                    watchers=sharing.watchers,
+                    rows=info.rows,
+                    cols=info.cols,
+                    yours=sharing.sizes.get(holder) == (info.rows, info.cols),
+                )
+                holder.notify(notice)
+
+    def _end_feeds(self, child_id: int) -> None:
+        for key in [key for key in self._feeds if key[0] == child_id]:
+            self._feeds.pop(key).close()
 
     def _hello(self, peer: Peer, msg: Hello) -> Answer:
         lo, hi = max(msg.min_version, MIN_PROTOCOL_VERSION), min(msg.max_version, PROTOCOL_VERSION)
@@ -536,7 +848,7 @@ class RequestCore(Generic[C]):
             return Answer([_reply(peer, refused)], close=True)
         self._peers[peer].version = hi
         infos = (
-            [self._info(peer, c, held=c.id in self._holders) for c in self.host]
+            [self._info(peer, c, held=c.id in self._sharing) for c in self.host]
             if msg.children
             else []
         )
@@ -580,7 +892,7 @@ class RequestCore(Generic[C]):
             return self.error(peer, msg.req, errno.E2BIG, problem)
         ids = None if msg.ids is None else frozenset(msg.ids)
         infos = [
-            self._info(peer, c, held=c.id in self._holders, foreground=msg.foreground)
+            self._info(peer, c, held=c.id in self._sharing, foreground=msg.foreground)
             for c in self.host
             if selected(c.name, c.id, msg.prefixes, ids)
         ]
@@ -648,6 +960,8 @@ class RequestCore(Generic[C]):
         return Answer([reply])
 
     def _claim(self, peer: Peer, msg: Claim) -> Answer:
+        if msg.join or msg.read_only:
+            return self._join(peer, msg)
         if len(msg.ids) > MAX_REQUEST_IDS:
             return self.error(
                 peer,
@@ -671,8 +985,11 @@ class RequestCore(Generic[C]):
                     )
                 )
                 continue
-            holder = self._holders.get(child_id)
-            if holder is not None and holder is not peer and not msg.steal:
+            sharing = self._sharing.get(child_id)
+            others = sharing is not None and any(
+                p is not peer for p in (*sharing.holders, *sharing.waiting)
+            )
+            if others and not msg.steal:
                 busy = f"session {child.name} is held by another client"
                 parts.append(
                     (ClaimedChild(id=child_id, errno=errno.EBUSY, message=busy), b"", None)
@@ -761,7 +1078,8 @@ class RequestCore(Generic[C]):
         released: list[int] = []
         for child_id in msg.ids:
             child = self.host.get(child_id)
-            if child is None or self._holders.get(child_id) is not peer:
+            sharing = self._sharing.get(child_id)
+            if child is None or sharing is None or peer not in sharing.holders:
                 err, why = (
                     (errno.ENOENT, f"no child {child_id}")
                     if child is None
@@ -770,9 +1088,8 @@ class RequestCore(Generic[C]):
                 failed = ChildError(req=msg.req, id=child_id, errno=err, message=why)
                 replies.append(_reply(peer, failed))
                 continue
-            del self._holders[child_id]
             self._peers[peer].held.discard(child_id)
-            if msg.replace_output:
+            if msg.replace_output and sharing.reader is peer:  # it alone read the master
                 child.buffer.replace(msg.output)
             self._let_go(peer, child)
             released.append(child_id)
@@ -780,7 +1097,7 @@ class RequestCore(Generic[C]):
         return Answer(replies)
 
     def _child_request(self, peer: Peer, child: C, msg: Signal | Collect | Peek | Resize) -> Answer:
-        held = child.id in self._holders
+        held = child.id in self._sharing
         match msg:
             case Signal():
                 if msg.signum not in VALID_SIGNALS or msg.signum == 0:
@@ -819,7 +1136,13 @@ class RequestCore(Generic[C]):
                     return self.error(
                         peer, msg.req, errno.EINVAL, f"bad terminal size {msg.rows}x{msg.cols}"
                     )
-                self.host.resize(child, msg.rows, msg.cols)
+                sharing = self._sharing.get(child.id)
+                if sharing is None or peer not in sharing.holders:
+                    self.host.resize(child, msg.rows, msg.cols)
+                elif (size := sharing.resized(peer, msg.rows, msg.cols)) is not None:
+                    self.host.resize(child, *size)  # by the size policy
+                    if sharing.shared:
+                        self._tell_shared(child, sharing)
                 return Answer([_reply(peer, Ok(req=msg.req))])
 
     # --- the daemon's own end: a Shutdown or an Upgrade, one at a time ----------
@@ -856,6 +1179,13 @@ class RequestCore(Generic[C]):
             return self.error(peer, msg.req, errno.EBUSY, "the daemon is stopping")
         if self._upgrading:
             return self.error(peer, msg.req, errno.EBUSY, "an upgrade is already under way")
+        shared = [i for i, sharing in self._sharing.items() if sharing.shared]
+        if shared:
+            text = (
+                f"{len(shared)} session(s) are shared or watched by several clients: the"
+                " daemon upgrades once each is held by one client or none (detach the others)"
+            )
+            return self.error(peer, msg.req, errno.EBUSY, text)
         self._upgrading = True
         return Answer([], upgrade=True)
 
@@ -872,6 +1202,12 @@ class RequestCore(Generic[C]):
         """The driver's upgrade did not replace the code (refused, failed):
         a Shutdown or another Upgrade may come."""
         self._upgrading = False
+
+
+def _failed_claim(peer: Peer, req: int, child_id: int, err: int, why: str) -> Reply:
+    """The answer to a join that holds nothing after all."""
+    part = ClaimedChild(id=child_id, errno=err, message=why)
+    return _reply(peer, Claimed(req=req, children=[part]))
 
 
 def _reply(peer: Peer, msg: Message, fds: list[OwnedFd] | None = None) -> Reply:

@@ -51,7 +51,7 @@ from multiserver.daemon._server import SERVER_NAME, Daemon
 from multiserver.daemon._snapshot import Snapshot, SnapshotError, blob_view
 from multiserver.daemon._upgrade import SnapshotFile
 from multiserver.settings._config import DaemonConfig
-from multiserver.settings._settings import daemon_options
+from multiserver.settings._settings import DAEMON_FIELDS, daemon_options, option
 from multiserver.system import _platform
 from multiserver.system._paths import DaemonPaths, LockBusy, try_lock, wait_lock
 
@@ -309,11 +309,12 @@ class _Args:
     idle_exit: float | None
     frame_timeout: float
     max_connections: int
+    share_size: str
 
     USAGE = (
         "usage: python -m multiserver --socket PATH --ready-fd N --lock-fd N"
         " [--state-dir DIR] [--buffer-limit BYTES] [--idle-exit SECONDS|never]"
-        " [--frame-timeout SECONDS] [--max-connections N]"
+        " [--frame-timeout SECONDS] [--max-connections N] [--share-size latest|smallest]"
     )
 
     @classmethod
@@ -323,16 +324,7 @@ class _Args:
         of it, to read six options from our own client.)"""
         names = argv[::2]
         opts = dict(zip(names, argv[1::2], strict=False))
-        known = {
-            "--socket",
-            "--ready-fd",
-            "--lock-fd",
-            "--state-dir",
-            "--buffer-limit",
-            "--idle-exit",
-            "--frame-timeout",
-            "--max-connections",
-        }
+        known = {"--socket", "--ready-fd", "--lock-fd", "--state-dir", *map(option, DAEMON_FIELDS)}
         bad = [n for n in names if n not in known]
         if bad:
             raise ValueError(f"unknown option {bad[0]}")
@@ -383,6 +375,7 @@ def _daemonized(args: _Args) -> None:
             frame_timeout=args.frame_timeout,
             hello_timeout=args.frame_timeout,
             max_connections=args.max_connections,
+            share_size=args.share_size,
         )
     except Exception as exc:
         _report(ready_fd, f"E{exc}")

@@ -84,3 +84,55 @@ def dup_all(fds: Iterable[int]) -> list[OwnedFd]:
 def close_all(owned: Iterable[OwnedFd]) -> None:
     for fd in owned:
         fd.close()
+
+
+class Feed:
+    """The write end of one holder's output feed (``_platform.feed_pipe``;
+    the holder reads the other end): what the daemon reads from a shared
+    session's master, written on without ever waiting. Owns its fd."""
+
+    __slots__ = ("_fd", "capacity")
+
+    def __init__(self, fd: int, capacity: int) -> None:
+        self._fd = OwnedFd(fd)
+        self.capacity = capacity
+
+    @classmethod
+    def open(cls) -> tuple[Feed, OwnedFd]:
+        """A new feed and its read end (to hand over). Raises OSError."""
+        from multiserver.system._platform import feed_pipe
+
+        r, w, capacity = feed_pipe()
+        return cls(w, capacity), OwnedFd(r)
+
+    def unread(self) -> int:
+        """Bytes written that the holder has not read yet (0 once closed)."""
+        from multiserver.system._platform import unread_bytes
+
+        if self._fd.closed:
+            return 0
+        try:
+            return unread_bytes(self._fd.fileno())
+        except OSError:
+            return 0
+
+    def write(self, data: bytes) -> int:
+        """Write what fits now; how many bytes were written (all of them,
+        when the caller counted the room). A holder gone takes nothing."""
+        if self._fd.closed or not data:
+            return 0
+        try:
+            return os.write(self._fd.fileno(), data)
+        except (BlockingIOError, BrokenPipeError):
+            return 0
+        except OSError:
+            return 0
+
+    def close(self) -> None:
+        """The end of what this holder is fed: it reads the master itself
+        from here, or the session ended."""
+        self._fd.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._fd.closed

@@ -63,6 +63,27 @@ def _open_spare() -> OwnedFd | None:
         return None
 
 
+# How often the sharing's clock is looked at while it has work (a reader
+# asked to give reading back, a holder behind): only then.
+SHARING_TICK = 0.05
+
+
+async def sharing_ticks(core: RequestCore[Any]) -> None:
+    """Run ``core.tick`` every SHARING_TICK while it has work; asleep
+    otherwise (an idle daemon never wakes for it).
+
+    Cancellation: nothing is left half done.
+    """
+    wanted = trio.Event()
+    core.tick_wanted = wanted.set
+    while True:
+        await wanted.wait()
+        wanted = trio.Event()
+        core.tick_wanted = wanted.set
+        while core.tick(time.monotonic()):
+            await trio.sleep(SHARING_TICK)
+
+
 class Daemon:
     """The daemon's state. ``serve`` runs it on a bound, listening socket."""
 
@@ -162,6 +183,7 @@ class Daemon:
                     instance_id=self.instance_id,
                     pid=os.getpid(),
                     server=SERVER_NAME,
+                    share_size=self.config.share_size,
                 )
                 self._nursery, self._listener = nursery, listener
                 if resume is not None:
@@ -173,6 +195,7 @@ class Daemon:
                     _platform.release_free_memory()
                 nursery.start_soon(self._children.run)
                 nursery.start_soon(self._accept_loop, listener, nursery)
+                nursery.start_soon(sharing_ticks, self._core)
                 if self.config.idle_exit is not None:
                     nursery.start_soon(self._idle_watch)
                 task_status.started()

@@ -14,12 +14,17 @@ on the same connection: again no byte is lost, doubled or reordered.
 A holder whose connection has not taken more than ``bound`` bytes of this
 session's output is not sent more: what it misses is counted, and once
 it has taken what it was sent it is told how much it missed, with a
-redraw (``Skipped``). The program and the other holders never wait for
+redraw (``TellSkipped``). The program and the other holders never wait for
 it. A read-only holder (``attach -r``) is never handed the master.
+
+One PTY has one size. With several holders it follows the size policy
+(``SIZE_POLICIES``): "latest", the size of the holder that typed or
+resized last (tmux's default since 3.1), or "smallest", the smallest
+rows and columns of them all. A read-only holder's size never counts.
 
 The caller (the request core) owns the I/O: it hands the fd, asks, reads,
 sends, and tells this module what happened (``join``, ``leave``,
-``handed_back``, ``read``, ``taken``).
+``handed_back``, ``read``, ``taken``, ``resized``).
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from multiserver.protocol._record import mutable_record, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from typing import Any
 
-    Peer = Hashable
+    # A client, as its caller knows it (hashable; the core's connections).
+    Peer = Any
 
 
 @record
@@ -74,7 +80,7 @@ class Send:
 
 
 @record
-class Skipped:
+class TellSkipped:
     """``peer`` missed ``missed`` bytes while it was behind: tell it, with
     a redraw from the buffer."""
 
@@ -95,7 +101,9 @@ class ReadIt:
     peer: Peer
 
 
-Action = Give | AskBack | Resume | Joined | Send | Skipped | StopReading | ReadIt
+SIZE_POLICIES = ("latest", "smallest")
+
+Action = Give | AskBack | Resume | Joined | Send | TellSkipped | StopReading | ReadIt
 
 
 @mutable_record
@@ -108,12 +116,35 @@ class _Holder:
 class Sharing:
     """One session's holders, in the order they joined, and who reads."""
 
-    def __init__(self, bound: int) -> None:
+    def __init__(self, bound: int, policy: str = "latest") -> None:
+        if policy not in SIZE_POLICIES:
+            raise ValueError(f"size policy must be one of {', '.join(SIZE_POLICIES)}: {policy!r}")
         self.bound = bound
+        self.policy = policy
         self.holders: dict[Peer, _Holder] = {}
+        self.sizes: dict[Peer, tuple[int, int]] = {}  # typing holders' sizes, latest last
         self.reader: Peer | None = None  # a holder reading the master; None: the daemon
         self._asked = False  # the reader was asked to hand reading back
         self._waiting: dict[Peer, bool] = {}  # joins waiting for that (read_only)
+
+    @classmethod
+    def sole(cls, peer: Peer, bound: int, policy: str = "latest") -> Sharing:
+        """``peer`` alone holds the session and reads its master (a claim
+        that takes it, a launch that holds it)."""
+        sharing = cls(bound, policy)
+        sharing.holders[peer] = _Holder(read_only=False)
+        sharing.reader = peer
+        return sharing
+
+    @property
+    def shared(self) -> bool:
+        """The daemon reads the master (or is about to) and feeds the
+        holders: more than one holds it, or only watchers do."""
+        return self.reader is None or self._asked or len(self.holders) > 1
+
+    @property
+    def watchers(self) -> int:
+        return sum(1 for holder in self.holders.values() if holder.read_only)
 
     def join(self, peer: Peer, *, read_only: bool = False) -> list[Action]:
         if peer in self.holders or peer in self._waiting:
@@ -145,9 +176,57 @@ class Sharing:
             actions.append(Joined(joiner))
         return actions + self._settle()
 
+    @property
+    def asked(self) -> bool:
+        """The reader was asked to give reading back and has not yet."""
+        return self._asked
+
+    @property
+    def waiting(self) -> list[Peer]:
+        """Joins waiting for the reader's answer, in order."""
+        return list(self._waiting)
+
+    def behind(self, peer: Peer, missed: int) -> None:
+        """``missed`` bytes sent to ``peer`` did not reach it after all (its
+        feed had less room than counted): it is behind, as if not sent."""
+        holder = self.holders.get(peer)
+        if holder is not None:
+            holder.missed += missed
+
+    def owed(self, peer: Peer) -> int:
+        """What was sent to ``peer`` and not yet taken, as last counted."""
+        holder = self.holders.get(peer)
+        return 0 if holder is None else holder.owed
+
+    @property
+    def lagging(self) -> list[Peer]:
+        """Holders told nothing yet of what they missed."""
+        return [peer for peer, holder in self.holders.items() if holder.missed]
+
+    def resized(self, peer: Peer, rows: int, cols: int) -> tuple[int, int] | None:
+        """``peer`` has a terminal of ``rows`` x ``cols`` and typed or
+        resized: the session's size by the policy, or None if it does not
+        count (a read-only holder, or not a holder)."""
+        holder = self.holders.get(peer)
+        if holder is None or holder.read_only:
+            return None
+        self.sizes.pop(peer, None)
+        self.sizes[peer] = (rows, cols)
+        return self.size()
+
+    def size(self) -> tuple[int, int] | None:
+        """The session's size by the policy, from the typing holders'
+        sizes known; None if none is."""
+        if not self.sizes:
+            return None
+        if self.policy == "smallest":
+            return min(r for r, _ in self.sizes.values()), min(c for _, c in self.sizes.values())
+        return next(reversed(self.sizes.values()))
+
     def leave(self, peer: Peer) -> list[Action]:
         """``peer`` released the session or went away."""
         self._waiting.pop(peer, None)
+        self.sizes.pop(peer, None)
         if self.holders.pop(peer, None) is None:
             return []
         if peer == self.reader:
@@ -184,7 +263,7 @@ class Sharing:
         holder.owed = max(0, holder.owed - nbytes)
         if holder.owed == 0 and holder.missed:
             missed, holder.missed = holder.missed, 0
-            return [Skipped(peer, missed)]
+            return [TellSkipped(peer, missed)]
         return []
 
     def _settle(self) -> list[Action]:
@@ -197,7 +276,28 @@ class Sharing:
         self.reader = peer
         actions: list[Action] = [StopReading()]
         if holder.missed:
-            actions.append(Skipped(peer, holder.missed))
+            actions.append(TellSkipped(peer, holder.missed))
             holder.missed = 0
         holder.owed = 0
         return [*actions, ReadIt(peer)]
+
+
+# What starts a screen anew: a clear, a reset, the alternate screen entered.
+_FRESH = (b"\x1b[2J", b"\x1bc", b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h")
+_HOME_CLEAR = b"\x1b[H\x1b[2J"
+
+
+def redraw(data: bytes, room: int) -> bytes:
+    """What a holder that skipped ahead is written in its feed (at most
+    ``room`` bytes): the screen cleared, then the end of the output
+    ``data`` from its last fresh screen (a clear, a reset, the alternate
+    screen entered) in that end, or else from a line start: what a
+    terminal shows of it, as near as the bytes at hand tell."""
+    keep = room - len(_HOME_CLEAR)
+    if keep <= 0:
+        return b""
+    tail = data[-keep:]
+    start = max(tail.rfind(fresh) for fresh in _FRESH)
+    if start < 0 and len(tail) < len(data):  # cut: from the first whole line
+        start = tail.find(b"\n") + 1
+    return _HOME_CLEAR + tail[max(start, 0) :]

@@ -93,6 +93,10 @@ class ChildInfo:
     # Version 4. Characters of argv left out of this answer (a listing is
     # bounded; the child keeps its whole argv). 0: argv is whole.
     argv_omitted: int = 0
+    # Version 9. How many clients hold it (``held``: one or more), and how
+    # many of those only watch (``Claim.read_only``). Omitted at 0.
+    holders: int = 0
+    watchers: int = 0
 
 
 # --- handshake -------------------------------------------------------------
@@ -167,6 +171,12 @@ class Claim:
     # Hand over a copy of the buffered output and keep it in the daemon: for a
     # claimer that will release without reading (e.g. `multiserver restore`).
     keep_output: bool = False
+    # Version 9 (docs/sharing.md). ``join``: hold the child beside the
+    # clients that hold it (``steal`` is then ignored); ``read_only`` too,
+    # and only watch: no master fd, and its size never counts. A join
+    # names one child. Omitted at False.
+    join: bool = False
+    read_only: bool = False
 
 
 @record
@@ -261,6 +271,20 @@ class Watch:
     since: int | None = None
 
 
+@record
+class HandBack:
+    """Version 9. The answer to ``GiveBack``: this client stopped reading
+    child ``id``'s master; ``shown`` is what it showed (as a release's
+    ``replace_output``). Answered by ``HandedBack`` with the feed it reads
+    from now on."""
+
+    TYPE: ClassVar[int] = 21
+    BLOB: ClassVar[str] = "shown"
+    req: int
+    id: int
+    shown: bytes = b""
+
+
 # --- replies (daemon -> client); each echoes `req` -----------------------------
 
 
@@ -289,6 +313,10 @@ class ClaimedChild:
     fd: bool = False
     errno: int = 0
     message: str = ""
+    # Version 9: the read end of the child's output feed travels too (after
+    # the master's fd, if both): the daemon reads the master, and this
+    # client reads the feed instead (docs/sharing.md). Omitted at False.
+    feed: bool = False
 
 
 @record
@@ -357,6 +385,16 @@ class Watching:
     TYPE: ClassVar[int] = 40
     req: int
     next_seq: int
+
+
+@record
+class HandedBack:
+    """Reply to HandBack; travels with the read end of the child's output
+    feed (docs/sharing.md)."""
+
+    TYPE: ClassVar[int] = 41
+    req: int
+    id: int
 
 
 @record
@@ -452,6 +490,43 @@ class EventsMissed:
     next_seq: int
 
 
+@record
+class GiveBack:
+    """Version 9, pushed to the client that reads child ``id``'s master:
+    another client joins. Stop reading the master and answer with
+    ``HandBack``; from then on the daemon reads it and feeds every holder."""
+
+    TYPE: ClassVar[int] = 54
+    id: int
+
+
+@record
+class Shared:
+    """Version 9, pushed to every holder of child ``id`` when its holders or
+    its size change: how many hold it and watch it, the size it has, and
+    whether that is this client's (``yours``; under the "latest" size
+    policy, a holder that types while it is not sends its size)."""
+
+    TYPE: ClassVar[int] = 55
+    id: int
+    holders: int
+    watchers: int
+    rows: int
+    cols: int
+    yours: bool
+
+
+@record
+class Skipped:
+    """Version 9, pushed to a holder that fell behind child ``id``'s output
+    by more than its feed holds: ``missed`` bytes were not sent to it; a
+    redraw from the buffer followed them in its feed."""
+
+    TYPE: ClassVar[int] = 56
+    id: int
+    missed: int
+
+
 Message = (
     Hello
     | Welcome
@@ -482,6 +557,11 @@ Message = (
     | Watching
     | SessionEvent
     | EventsMissed
+    | HandBack
+    | HandedBack
+    | GiveBack
+    | Shared
+    | Skipped
 )
 
 # Messages a client may send, and messages a daemon may send.
@@ -498,6 +578,7 @@ _CLIENT: tuple[type[Message], ...] = (
     Shutdown,
     Upgrade,
     Watch,
+    HandBack,
 )
 _DAEMON: tuple[type[Message], ...] = (
     Welcome,
@@ -517,6 +598,10 @@ _DAEMON: tuple[type[Message], ...] = (
     Watching,
     SessionEvent,
     EventsMissed,
+    HandedBack,
+    GiveBack,
+    Shared,
+    Skipped,
 )
 MESSAGE_TYPES: dict[int, type[Message]] = {
     cls.TYPE: cls for cls in sorted((*_CLIENT, *_DAEMON), key=lambda cls: cls.TYPE)
@@ -525,4 +610,4 @@ CLIENT_MESSAGES: frozenset[type[Message]] = frozenset(_CLIENT)
 DAEMON_MESSAGES: frozenset[type[Message]] = frozenset(_DAEMON)
 
 # Which messages may travel with fds, and how many at most.
-MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 253}
+MAX_FDS: dict[type[Message], int] = {Launched: 1, Claimed: 253, HandedBack: 1}

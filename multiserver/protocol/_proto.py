@@ -35,12 +35,18 @@ if TYPE_CHECKING:
 # pushed SessionEvent and EventsMissed. Nothing else changed; a daemon that
 # picked 7 or less for a connection answers Watch EPROTO, and a client
 # tells its caller the daemon is too old for events.
-PROTOCOL_VERSION = 8
+# 9: sharing (docs/sharing.md): Claim.join and .read_only, ClaimedChild.feed,
+# ChildInfo.holders and .watchers (each omitted at its default), HandBack
+# and its answer HandedBack, the pushed GiveBack, Shared and Skipped. A
+# client that picked 8 or less is never asked to give reading back: a join
+# of what it holds is refused (a takeover is not).
+PROTOCOL_VERSION = 9
 MIN_PROTOCOL_VERSION = 2
 OS_BYTES_VERSION = 5
 UPGRADE_VERSION = 6
 SELECT_VERSION = 7
 EVENTS_VERSION = 8
+SHARING_VERSION = 9
 # The most a ListChildren may select by: each child is matched against
 # every prefix, so a peer with a million would stall the daemon's loop.
 # A client that would ask for more asks for every child and selects itself.
@@ -60,10 +66,12 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 # this table.
 OMIT_IF_DEFAULT: dict[str, tuple[str, ...]] = {
     "Hello": ("*",),
-    "ChildInfo": ("argv_omitted",),
     "Welcome": ("more",),
     "Children": ("last",),
     "ListChildren": ("prefixes", "ids"),
+    "ChildInfo": ("argv_omitted", "holders", "watchers"),
+    "Claim": ("join", "read_only"),
+    "ClaimedChild": ("feed",),
 }
 
 
@@ -115,10 +123,12 @@ def claimed_problem(children: Sequence[Any], outputs: bytes, nfds: int) -> str |
     """Why a ``Claimed`` frame (its ``ClaimedChild`` parts, of either
     message family) is inconsistent with the fds that came with
     it; None if it is not."""
-    want = sum(1 for c in children if c.fd)
+    want = sum(c.fd + c.feed for c in children)
     if want != nfds:
         return f"Claimed: {want} children say their fd comes with the frame, {nfds} fds came"
-    if any(c.output_len < 0 or (c.child is None and (c.fd or c.output_len)) for c in children):
+    if any(
+        c.output_len < 0 or (c.child is None and (c.fd or c.feed or c.output_len)) for c in children
+    ):
         return "Claimed: a failed child carries output or an fd"
     if sum(c.output_len for c in children) != len(outputs):
         return "Claimed: the output lengths do not add up to the blob"

@@ -37,6 +37,8 @@ class DaemonConfig:
     frame_timeout: float = _setting("frame_timeout")
     hello_timeout: float = 10.0
     max_connections: int = _setting("max_connections")
+    # With several holders, whose size a session takes (docs/sharing.md).
+    share_size: str = _setting("share_size")
     # Incomplete frames: each connection may hold ``intake_free`` bytes of
     # one; beyond that, all connections share ``intake_limit`` bytes, and a
     # connection waits (its data stays in the kernel) until there is room.

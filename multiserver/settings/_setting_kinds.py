@@ -77,6 +77,19 @@ class Whole(Kind):
         return value
 
 
+class Choice(Kind):
+    """One of a few words."""
+
+    def __init__(self, *words: str) -> None:
+        self.words = words
+        self.allowed = "must be one of " + ", ".join(repr(w) for w in words)
+
+    def from_text(self, text: str) -> str:
+        if text not in self.words:
+            raise ValueError(text)
+        return text
+
+
 class Seconds(Kind):
     """A number of seconds, finite, above ``lo`` (or from it: ``closed``)
     and at most ``hi``; or ``word`` (one of ``words``, in any case), None."""

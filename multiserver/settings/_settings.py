@@ -25,7 +25,15 @@ import os
 import sys
 
 from multiserver._errors import SettingError
-from multiserver.settings._setting_kinds import Dir, Patterns, Seconds, Setting, Whole, Words
+from multiserver.settings._setting_kinds import (
+    Choice,
+    Dir,
+    Patterns,
+    Seconds,
+    Setting,
+    Whole,
+    Words,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -99,6 +107,15 @@ ENVIRONMENT: tuple[Setting, ...] = (
         flags=("--max-connections N (python -m multiserver)",),
     ),
     Setting(
+        "share_size",
+        Choice("latest", "smallest"),
+        "latest",
+        "the size of a session several terminals share: the one that typed last's, or the smallest",
+        env="MULTISERVER_SHARE_SIZE",
+        key="share_size",
+        flags=("--share-size latest|smallest (python -m multiserver)",),
+    ),
+    Setting(
         "strip_env",
         Patterns(),
         [],
@@ -163,7 +180,7 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
 # --- the daemon's settings -------------------------------------------------------
 
 # DaemonConfig's fields that are settings, in the order of its command line.
-DAEMON_FIELDS = ("buffer_limit", "idle_exit", "frame_timeout", "max_connections")
+DAEMON_FIELDS = ("buffer_limit", "idle_exit", "frame_timeout", "max_connections", "share_size")
 
 
 def option(field: str) -> str:

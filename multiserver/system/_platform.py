@@ -397,3 +397,43 @@ def anonymous_file(directory: str) -> int:
     fd, path = tempfile.mkstemp(dir=directory)  # pragma: no cover - macOS
     os.unlink(path)  # pragma: no cover - macOS
     return fd  # pragma: no cover - macOS
+
+
+# --- a holder's output feed: a pipe as large as the OS lets it be ----------------
+#
+# Linux grows a pipe to FEED_SIZE (F_SETPIPE_SZ; an unprivileged process may
+# ask up to /proc/sys/fs/pipe-max-size, 1 MiB by default); macOS sizes its
+# pipes itself (16 KiB, up to 64 KiB as they fill). Either says how many
+# bytes wait in it (FIONREAD), from the write end too.
+
+FEED_SIZE = 1024 * 1024
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", None)
+_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", None)
+
+
+def feed_pipe(size: int = FEED_SIZE) -> tuple[int, int, int]:
+    """(read end, write end, how many bytes it holds): a close-on-exec
+    pipe, its write end non-blocking. Raises OSError (EMFILE)."""
+    r, w = os.pipe()
+    try:
+        os.set_blocking(w, False)
+        capacity = 16 * 1024
+        if _F_SETPIPE_SZ is not None and _F_GETPIPE_SZ is not None:
+            for want in (size, 256 * 1024, 64 * 1024):
+                try:
+                    fcntl.fcntl(w, _F_SETPIPE_SZ, want)
+                    break
+                except OSError:  # over pipe-max-size, or the user's pipe budget
+                    continue
+            capacity = fcntl.fcntl(w, _F_GETPIPE_SZ)
+    except BaseException:
+        os.close(r)
+        os.close(w)
+        raise
+    return r, w, capacity
+
+
+def unread_bytes(fd: int) -> int:
+    """How many bytes wait in the pipe or socket ``fd`` (FIONREAD)."""
+    got = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    return int(struct.unpack("i", got)[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import socket
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -84,6 +85,9 @@ class SimChild:
         self._side = trio.socket.from_stdlib_socket(side)  # ... and awaited reads
         self._side_open = True
         self._closed = False
+        # While several clients share it: the daemon "reads" it, and hands
+        # each write to the request core (``ChildHost.share``).
+        self.tap: Callable[[bytes], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -110,6 +114,11 @@ class SimChild:
         self._check_open()
         if not self.running:
             raise RuntimeError(f"child {self.id} has exited")
+        if self.tap is not None:  # shared: the daemon reads it
+            self.buffer.append(data)
+            if data:
+                self.tap(data)
+            return
         if not self.held:
             self.buffer.append(data)
             if data:
@@ -198,6 +207,8 @@ class SimChild:
             if not data:
                 return
             self.buffer.append(data)
+            if self.tap is not None:
+                self.tap(data)
 
     def _close_side(self) -> None:
         if self._side_open:

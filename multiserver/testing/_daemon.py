@@ -10,14 +10,14 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import trio
 
 from multiserver.daemon._connection import ClientConnection
 from multiserver.daemon._core import Answer, RequestCore, command_not_found, launch_problem
-from multiserver.daemon._server import bind_listener
+from multiserver.daemon._server import bind_listener, sharing_ticks
 from multiserver.protocol._messages import Launch, Message
 from multiserver.protocol._wire import IntakeBudget
 from multiserver.settings._config import DaemonConfig
@@ -84,9 +84,14 @@ class _SimHost:
         return self.new_child(msg.argv, msg.name, msg.cwd, env, msg.rows, msg.cols, msg.linger)
 
     def hold(self, child: SimChild) -> None:
-        pass  # nothing drains a simulated child: its output waits in the socket
+        child.tap = None  # nothing drains a simulated child: its output waits in the socket
+
+    def share(self, child: SimChild, tap: Callable[[bytes], None]) -> None:
+        child.tap = tap
+        child.read_available()  # what the reader left unread, then every write
 
     def unhold(self, child: SimChild) -> None:
+        child.tap = None
         before = len(child.buffer) + child.buffer.dropped
         child.read_available()  # what the last holder left unread
         if len(child.buffer) + child.buffer.dropped > before:  # as the daemon's drain reads it
@@ -261,6 +266,7 @@ class SimDaemon:
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._accept_loop, listener, nursery)
+                    nursery.start_soon(sharing_ticks, self.core)
                     task_status.started()
                     await self._stop.wait()
                     nursery.cancel_scope.cancel()

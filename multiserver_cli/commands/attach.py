@@ -29,6 +29,7 @@ EXAMPLE = "multiserver attach -e ^A build"
 SETTINGS = {
     "detach_key": "detach_spec",
     "buffer_limit": None,
+    "share_size": None,
     "strip_env": None,
     "keep_env": None,
 }

@@ -17,6 +17,7 @@ EXAMPLE = "multiserver daemon --foreground"
 # through its environment variable).
 SETTINGS = {
     "buffer_limit": None,
+    "share_size": None,
 }
 
 

@@ -32,6 +32,7 @@ EXAMPLE = "multiserver new -n build -d -- make -j4"
 SETTINGS = {
     "detach_key": "detach_spec",
     "buffer_limit": None,
+    "share_size": None,
     "strip_env": None,
     "keep_env": None,
 }

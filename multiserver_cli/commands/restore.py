@@ -38,6 +38,7 @@ EXAMPLE = "multiserver restore --timeout 5"
 SETTINGS = {
     "restore_timeout": "timeout",
     "buffer_limit": None,
+    "share_size": None,
     "strip_env": None,
     "keep_env": None,
 }

@@ -456,7 +456,7 @@ async def test_no_common_version_is_refused_clearly(daemon: RunningDaemon) -> No
 async def test_version_2_clients_are_served_and_version_3_may_skip_the_listing(
     daemon: RunningDaemon,
 ) -> None:
-    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 8)
+    assert (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION) == (2, 9)
     async with open_client(daemon.paths) as client:
         launched = await client.launch(["sleep", "100"], hold=False)
         kid = launched.child.id

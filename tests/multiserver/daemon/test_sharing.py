@@ -5,7 +5,7 @@ themselves or take what the daemon sends them, each at its own pace,
 joining and leaving at any time. Whatever happens, nobody reads the
 master while another does, and each client's output is the program's,
 from where it joined, without a byte lost, doubled or out of order, but
-for the gaps it was told of (``Skipped``)."""
+for the gaps it was told of (``TellSkipped``)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from multiserver.daemon._sharing import (
     Resume,
     Send,
     Sharing,
-    Skipped,
     StopReading,
+    TellSkipped,
 )
 
 PEERS = ("a", "b", "c", "d")
@@ -58,7 +58,7 @@ class World(RuleBasedStateMachine):
                 client.start = self.pos
                 if isinstance(action, Give):
                     client.inbox.append(action)
-            elif isinstance(action, AskBack | Send | Skipped | ReadIt):
+            elif isinstance(action, AskBack | Send | TellSkipped | ReadIt):
                 self.clients[action.peer].inbox.append(action)
                 self.switches += isinstance(action, ReadIt | AskBack)
             else:
@@ -114,7 +114,7 @@ class World(RuleBasedStateMachine):
             client.got.append(action.data)
             self.dispatch(self.sharing.taken(name, len(action.data)))
         else:
-            assert isinstance(action, Skipped)
+            assert isinstance(action, TellSkipped)
             client.got.append(action.missed)
 
     # --- what must hold -----------------------------------------------------------
@@ -173,7 +173,7 @@ def test_a_slow_client_is_skipped_and_told_how_much_once_it_catches_up() -> None
     assert s.read(b"12345") == [Send("v", b"12345")]
     assert s.read(b"6789") == []  # 9 would be owed: past the bound
     assert s.read(b"ab") == []  # once behind, behind until it has caught up
-    assert s.taken("v", 5) == [Skipped("v", 6)]
+    assert s.taken("v", 5) == [TellSkipped("v", 6)]
     assert s.read(b"cd") == [Send("v", b"cd")]
 
 

@@ -44,6 +44,9 @@ from multiserver.protocol._messages import (
     Collected,
     Error,
     EventsMissed,
+    GiveBack,
+    HandBack,
+    HandedBack,
     Hello,
     Launch,
     Launched,
@@ -57,8 +60,10 @@ from multiserver.protocol._messages import (
     Released,
     Resize,
     SessionEvent,
+    Shared,
     Shutdown,
     Signal,
+    Skipped,
     Upgrade,
     Upgraded,
     Watch,
@@ -250,6 +255,9 @@ CLIENT_SAMPLES: list[Message] = [
     Upgrade(req=13),
     Watch(req=14),
     Watch(req=15, since=1),
+    Claim(req=16, ids=[1], join=True),
+    Claim(req=17, ids=[1], read_only=True),
+    HandBack(req=18, id=1, shown=b"\x1b[Hshown\r\n"),
 ]
 
 
@@ -287,6 +295,10 @@ DAEMON_SAMPLES: list[Message] = [
     SessionEvent(seq=2, kind="killed", id=1, name="main", at=2.0, exit_code=-9),
     SessionEvent(seq=3, kind="daemon_upgraded", id=0, name="", at=3.0, server="multiserver/0.2"),
     EventsMissed(first_missing=4, next_seq=4100),
+    HandedBack(req=18, id=1),
+    GiveBack(id=1),
+    Shared(id=1, holders=3, watchers=1, rows=24, cols=80, yours=True),
+    Skipped(id=1, missed=123456),
 ]
 
 
