@@ -227,11 +227,32 @@ def detach_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("-E", dest="no_detach", action="store_true", help="no detach key")
     p.add_argument(
-        "-r",
+        "--redraw",
         dest="redraw",
         choices=["none", "winch", "ctrl_l"],
         default="winch",
         help="how to make the program redraw on attach (default: winch, a size jiggle)",
+    )
+
+
+def share_options(p: argparse.ArgumentParser, *takeover: str) -> None:
+    """How to attach to a session other terminals hold (docs/sharing.md):
+    join them (the default), only watch, or take it over (``takeover``:
+    the flags of that one)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "-r",
+        "--read-only",
+        action="store_true",
+        help="only watch: see everything, type nothing into it (but the detach key); this"
+        " terminal's size never changes the session's",
+    )
+    g.add_argument(
+        *takeover,
+        dest="takeover",
+        action="store_true",
+        help="take it over: the other terminals that hold it are detached (by default this"
+        " terminal joins them: all see every byte and all type)",
     )
 
 

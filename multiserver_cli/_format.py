@@ -163,6 +163,21 @@ def waiting_text(waiting: tuple[int, int] | None) -> str:
     return text
 
 
+def holding(child: ChildInfo) -> tuple[int, int]:
+    """How many clients hold ``child``, and how many of those only watch.
+    A daemon before sharing (protocol 9) says only ``held``: one holder."""
+    holders = max(child.holders, 1 if child.held else 0)
+    return holders, min(child.watchers, holders)
+
+
+def held_text(holders: int, watchers: int) -> str:
+    """HELD: how many clients hold it, the read-only ones said apart
+    (``3 (1 ro)``); ``-`` when none."""
+    if not holders:
+        return "-"
+    return f"{holders} ({watchers} ro)" if watchers else str(holders)
+
+
 def ls_table(
     children: list[ChildInfo],
     now: float,
@@ -176,7 +191,8 @@ def ls_table(
     figures (default: what its daemon buffers). ``saved``: saved sessions
     with no live child and their STATE, listed after the children (DAEMON:
     their host's name, if any; WAITING: their saved output). ``notes``: what each child's STATE adds, if
-    anything. An argv or cwd is shown ``printable`` (``caf\\xe9``,
+    anything. HELD: how many clients hold each (``held_text``). An argv
+    or cwd is shown ``printable`` (``caf\\xe9``,
     ``sleep 100 # \\x1b]0;T\\x07``), then cut to its column."""
     if waiting is None:
         waiting = [(c.buffered_bytes, c.dropped_bytes) for c in children]
@@ -189,7 +205,7 @@ def ls_table(
             [
                 c.name,
                 state,
-                "held" if c.held else "-",
+                held_text(*holding(c)),
                 *_command_cells(c.argv, c.cwd),
                 human_age(now - c.started_at),
                 waiting_text(w),

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 # --relay`` (attach/_relay); a remote without it is attached through ``ssh -tt``.
 # host-label: ``attach --host-label HOST`` says its refusals as ``HOST: ...``
 # (the person is on another machine, which calls this one HOST).
-FEATURES = ("attach-relay", "host-label")
+# share: ``attach -r`` watches and ``-d`` takes over (``--redraw`` is the
+# redraw's flag; before it, ``-r`` was).
+FEATURES = ("attach-relay", "host-label", "share")
 
 
 def version_info() -> dict[str, object]:

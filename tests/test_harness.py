@@ -22,6 +22,7 @@ from multiserver import (
     ChildExited,
     ChildTaken,
     ConnectionClosed,
+    GiveBack,
     PeerProtocolError,
     RequestFailed,
     VersionRefused,
@@ -535,3 +536,46 @@ async def test_a_sim_that_never_served_closes_on_close(tmp_path: Path) -> None:
     assert open_fds() == before
     with pytest.raises(RuntimeError):
         await sim.serve()
+
+
+async def test_the_sim_shares_a_child_as_the_daemon_does(
+    sim: SimDaemon, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Protocol 9 on the simulated daemon: a join asks the holder to give
+    reading back, then both are fed what the child writes, and the one left
+    alone reads its fd again once its feed ends; a wedged reader is
+    disconnected after 5 s (virtual time)."""
+    async with open_client(sim.socket_path) as a, open_client(sim.socket_path) as b:
+        (held,) = await a.claim([1], join=True)  # a client that shares
+        assert held.master is not None
+        child = sim.child(1)
+        feeds: list[int] = []
+        async with trio.open_nursery() as nursery:
+
+            async def give_back() -> None:
+                notice = await a.notices.receive()
+                assert isinstance(notice, GiveBack) and notice.id == 1
+                feeds.append(await a.hand_back(1, b"shown by a"))
+
+            nursery.start_soon(give_back)
+            (joined,) = await b.claim([1], join=True)
+        assert joined.output == b"shown by a" and joined.feed is not None
+        assert joined.child is not None and joined.child.holders == 2
+        child.write_output(b"to both")
+        for feed in (feeds[0], joined.feed):
+            assert await read_fd(feed) == b"to both"
+        os.write(joined.master or -1, b"typed by b")
+        assert await child.read_input() == b"typed by b"
+        await b.release([1])
+        assert await read_fd(feeds[0]) == b""  # a's feed ends: a reads its fd again
+        child.write_output(b"to a alone")
+        assert await read_fd(held.master) == b"to a alone"
+        # A reader that does not answer: the join is served 5 s on, the reader cut off.
+        async with open_client(sim.socket_path) as c:
+            with trio.fail_after(10):
+                (watching,) = await c.claim([1], read_only=True)
+            assert watching.master is None and watching.feed is not None
+            with pytest.raises(ConnectionClosed):
+                await a.list()
+            for fd in (watching.feed, joined.master, joined.feed, feeds[0], held.master):
+                close_fd(fd)

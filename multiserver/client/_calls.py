@@ -141,8 +141,12 @@ def launch(
     name: str,
     linger: float | None,
     hold: bool,
+    share: bool = False,
+    version: int = PROTOCOL_VERSION,
 ) -> Call[LaunchResult]:
-    """``env`` None: this process's environment; ``cwd`` None: its cwd."""
+    """``env`` None: this process's environment; ``cwd`` None: its cwd.
+    ``share`` (a held launch, protocol 9): this client gives reading back
+    when asked (docs/sharing.md); an older daemon is not told."""
     env = dict(os.environ) if env is None else env
     cwd = os.getcwd() if cwd is None else cwd
     return _Launch(
@@ -156,6 +160,7 @@ def launch(
             name=name,
             linger=linger,
             hold=hold,
+            share=share and hold and version >= SHARING_VERSION,
         )
     )
 

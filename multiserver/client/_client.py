@@ -228,10 +228,13 @@ class Client:
         name: str = "",
         linger: float | None = None,
         hold: bool = True,
+        share: bool = False,
     ) -> LaunchResult:
         """Start ``argv`` on a new PTY. With ``hold`` (default) the master fd
         comes back and this connection holds the child; else the daemon
-        drains it. ``argv``, ``env`` and ``cwd`` reach the child byte for byte
+        drains it. ``share``: other clients may join it, and this one gives
+        reading back when asked (``GiveBack``; docs/sharing.md); without,
+        a join is refused while this connection holds it. ``argv``, ``env`` and ``cwd`` reach the child byte for byte
         (strings as Python decodes OS bytes: ``os.fsencode`` gives them back).
         Raises RequestFailed (e.g. "command not found: foo"); DaemonTooOld,
         before sending anything, for bytes that are not UTF-8 and a daemon
@@ -250,6 +253,8 @@ class Client:
                 name=name,
                 linger=linger,
                 hold=hold,
+                share=share,
+                version=self.version,
             )
         )
 
@@ -270,7 +275,8 @@ class Client:
         claimer that releases without reading the fds).
 
         ``join`` (protocol 9, one id; docs/sharing.md): hold it beside its
-        other holders. Alone, this client reads ``master`` as ever; else its
+        other holders, and let others join (a claim without it refuses
+        joins while this connection holds the child). Alone, this client reads ``master`` as ever; else its
         output comes on the result's ``feed`` (the master only takes what is
         typed), and this client may be pushed ``GiveBack`` (answer with
         ``hand_back``), ``Shared`` and ``Skipped``. ``read_only``: watch, no
@@ -361,12 +367,34 @@ class Client:
 
         Cancellation: nothing happened (a rendering under way finishes in
         its thread, unseen)."""
-        from multiserver.client._capture import capture, held_output
+        from multiserver.client._capture import capture
 
-        peeked = held_output(await self.peek(child_id), self.instance_id)
+        peeked = await self.shown(child_id)
         return await trio.to_thread.run_sync(
             lambda: capture(peeked, history=history, styled=styled), abandon_on_cancel=True
         )
+
+    async def shown(self, child_id: int) -> PeekResult:
+        """A child's output as its terminal shows it now: the daemon's
+        buffer while the daemon reads it (nobody holds it, or several do);
+        while one client holds it alone, what that client showed, which it
+        hands back for a moment's read-only join (protocol 9), else what it
+        keeps in the session's output file (up to a few seconds behind).
+
+        Cancellation: the join may stay until the connection closes."""
+        from multiserver.client._capture import asks_holder, held_output, joined_output
+
+        peeked = await self.peek(child_id)
+        if asks_holder(peeked.child, self.version):
+            try:
+                (joined,) = await self.claim([child_id], read_only=True)
+            except RequestFailed:  # its holder cannot share it: what it keeps
+                return held_output(peeked, self.instance_id)
+            close_fds([fd for fd in (joined.master, joined.feed) if fd is not None])
+            if joined.error is None:
+                await self.release([child_id])
+                return joined_output(peeked, joined)
+        return held_output(peeked, self.instance_id)
 
     async def resize(self, child_id: int, rows: int, cols: int) -> None:
         """Cancellation: the size may have been set."""

@@ -247,9 +247,20 @@ class SyncClient:
         name: str = "",
         linger: float | None = None,
         hold: bool = True,
+        share: bool = False,
     ) -> LaunchResult:
+        """As ``Client.launch``."""
         call = calls.launch(
-            argv, env=env, cwd=cwd, rows=rows, cols=cols, name=name, linger=linger, hold=hold
+            argv,
+            env=env,
+            cwd=cwd,
+            rows=rows,
+            cols=cols,
+            name=name,
+            linger=linger,
+            hold=hold,
+            share=share,
+            version=self.welcome.version,
         )
         return self._run(call)
 
@@ -308,10 +319,25 @@ class SyncClient:
 
     def capture(self, child_id: int, *, history: int | None = 0, styled: bool = False) -> Capture:
         """As ``Client.capture`` (the rendering in this thread)."""
-        from multiserver.client._capture import capture, held_output
+        from multiserver.client._capture import capture
 
-        peeked = held_output(self.peek(child_id), self.instance_id)
-        return capture(peeked, history=history, styled=styled)
+        return capture(self.shown(child_id), history=history, styled=styled)
+
+    def shown(self, child_id: int) -> PeekResult:
+        """As ``Client.shown``."""
+        from multiserver.client._capture import asks_holder, held_output, joined_output
+
+        peeked = self.peek(child_id)
+        if asks_holder(peeked.child, self.welcome.version):
+            try:
+                (joined,) = self.claim([child_id], read_only=True)
+            except RequestFailed:  # its holder cannot share it: what it keeps
+                return held_output(peeked, self.instance_id)
+            close_fds([fd for fd in (joined.master, joined.feed) if fd is not None])
+            if joined.error is None:
+                self.release([child_id])
+                return joined_output(peeked, joined)
+        return held_output(peeked, self.instance_id)
 
     def resize(self, child_id: int, rows: int, cols: int) -> None:
         self._run(calls.resize(child_id, rows, cols))

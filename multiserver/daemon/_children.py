@@ -88,6 +88,7 @@ class Child:
         "linger",
         "master",
         "name",
+        "paused",
         "pid",
         "rows",
         "started_at",
@@ -129,6 +130,7 @@ class Child:
         # While several clients share it (``ChildTable.share``): each read,
         # as it is read (b"": the end of the PTY).
         self.tap: Callable[[bytes], None] | None = None
+        self.paused = False  # shared, and its holders are full: not read
         self._linger_scope: trio.CancelScope | None = None
         self._linger_at = 0.0  # trio time its linger clock runs out
 
@@ -170,7 +172,7 @@ class Child:
         if self.master is None or self.eof:
             return 0
         got = 0
-        while got < limit:
+        while got < limit and not self.paused:
             try:
                 data = os.read(self.master, READ_SIZE)
             except BlockingIOError:
@@ -382,6 +384,7 @@ class ChildTable:
         (with ``linger_left`` seconds instead of its whole linger: a clock
         that ran in the daemon before an upgrade)."""
         child.tap = None
+        child.paused = False
         self.keeper.unhold(child)
         self._start_draining(child)
         if child.linger is not None and child.running and child._linger_scope is None:
@@ -396,12 +399,23 @@ class ChildTable:
         ``tap`` as it is read; no linger."""
         self.keeper.unhold(child)
         child.tap = tap
+        child.paused = False
         self._start_draining(child)
+
+    def pause(self, child: Child) -> None:
+        child.paused = True
+        self._stop_draining(child)
+
+    def resume(self, child: Child) -> None:
+        if child.tap is not None and child.paused:
+            child.paused = False
+            self._start_draining(child)
 
     def hold(self, child: Child) -> None:
         """A client holds ``child`` from now: stop draining it and its
         linger clock. Synchronous: the drain loop is parked between reads."""
         child.tap = None
+        child.paused = False
         if child._linger_scope is not None:
             child._linger_scope.cancel()
             child._linger_scope = None

@@ -344,7 +344,7 @@ class ClientConnection:
     def export(self, blobs: BlobWriter) -> PeerState:
         """What crosses an upgrade (paused; synchronous). The connection
         keeps its fds until the exec."""
-        version, held, watch = self._owner.core.state_of(self)
+        version, held, watch, shares = self._owner.core.state_of(self)
         outbox = [
             Outgoing(blobs.add(out.frame), [fd.fileno() for fd in out.fds], out.notice)
             for out in self._outbox
@@ -358,6 +358,7 @@ class ClientConnection:
             outbox=outbox,
             upgrade_req=self.upgrade_req,
             watch=watch,
+            shares=shares,
         )
 
     @classmethod

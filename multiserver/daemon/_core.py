@@ -137,6 +137,19 @@ HANDBACK_TIMEOUT = 5.0
 # What a holder's feed may hold before it is behind (``Sharing.bound``):
 # the feed's own size, where the OS makes it smaller.
 FEED_BOUND = 1024 * 1024
+# A shared session is read at the pace of its holders that keep up: when
+# one has less than a quarter of its feed free, the daemon stops reading
+# the master (the program waits, as it would for one client), and reads
+# again once each has half of it free, or LAG_WAIT later: a holder still
+# full then falls behind and is skipped forward (``Skipped``). So a slow
+# holder costs the others and the program at most LAG_WAIT each time it
+# has caught up, never its own pace.
+PAUSE_FREE, RESUME_FREE = 4, 2  # as fractions of a feed: 1/4, 1/2
+LAG_WAIT = 0.1
+# How often a paused session's feeds are looked at, and the others' waits.
+PAUSED_TICK, WAIT_TICK = 0.002, 0.05
+# A redraw after a skip: the end of the buffer, about a screen or two.
+REDRAW_MAX = 64 * 1024
 
 # The signal numbers this OS knows, built once: signal.valid_signals() makes
 # a new set of enums on every call (0.4 ms).
@@ -349,6 +362,15 @@ class ChildHost(Protocol[C]):
         or ``unhold`` ends that."""
         ...
 
+    def pause(self, child: C) -> None:
+        """Stop reading a shared ``child`` (from the read under way on):
+        its holders are full."""
+        ...
+
+    def resume(self, child: C) -> None:
+        """Read a paused shared ``child`` again."""
+        ...
+
     def freed(self, nbytes: int) -> None:
         """``nbytes`` of buffered output left the table (handed over)."""
         ...
@@ -432,12 +454,18 @@ class RequestCore(Generic[C]):
         self._sharing: dict[int, Sharing] = {}
         # The output feeds of holders the daemon reads for, by (child, peer).
         self._feeds: dict[tuple[int, Peer], Feed] = {}
+        # Shared children whose master the daemon stopped reading, and since when.
+        self._paused: dict[int, float] = {}
+        # The feeds of holders a takeover took a child from, until they go.
+        self._taken_feeds: dict[Peer, list[Feed]] = {}
         # A join's ``req``, while it waits for the reader to give reading back.
         self._joins: dict[tuple[int, Peer], int] = {}
         # When each reader that was asked to give reading back was asked.
         self._asked_at: dict[int, float] = {}
-        # Called when ``tick`` has work (a reader asked, a holder behind).
+        # Called when ``tick`` has work (a reader asked, a holder behind),
+        # and the clock ``tick`` is given the time of (the driver's).
         self.tick_wanted: Callable[[], None] = lambda: None
+        self.clock: Callable[[], float] = time.monotonic
         # The daemon's own end, one at a time: a Shutdown accepted (it
         # stops), or an Upgrade under way (until ``upgrade_ended``).
         self._stopping = False
@@ -452,6 +480,8 @@ class RequestCore(Generic[C]):
         """Every child ``peer`` held becomes unheld at once; returns their ids."""
         state = self._peers.pop(peer, None)
         self.events.unwatch(peer)
+        for feed in self._taken_feeds.pop(peer, []):
+            feed.close()
         if state is None:
             return []
         released = sorted(state.held)
@@ -472,22 +502,32 @@ class RequestCore(Generic[C]):
     def peers(self) -> int:
         return len(self._peers)
 
-    def state_of(self, peer: Peer) -> tuple[int | None, list[int], int | None]:
+    def state_of(self, peer: Peer) -> tuple[int | None, list[int], int | None, list[int]]:
         """(the version ``peer`` negotiated, the ids it holds, the event it
-        reads next if it watches): what crosses an upgrade (``_upgrade.py``)."""
+        reads next if it watches, the ids of those it can give reading back
+        of): what crosses an upgrade (``_upgrade.py``; none is shared then)."""
         state = self._peers[peer]
-        return state.version, sorted(state.held), self.events.cursor(peer)
+        shares = [i for i in sorted(state.held) if self._sharing[i].reader_shares]
+        return state.version, sorted(state.held), self.events.cursor(peer), shares
 
     def adopt(
-        self, peer: Peer, version: int | None, held: list[int], watch: int | None = None
+        self,
+        peer: Peer,
+        version: int | None,
+        held: list[int],
+        watch: int | None = None,
+        shares: Sequence[int] = (),
     ) -> None:
         """A peer of the daemon before an upgrade, holding ``held`` (ids of
-        children in the host; others are ignored), watching from ``watch``."""
+        children in the host; others are ignored), watching from ``watch``,
+        able to give reading back of ``shares``."""
         state = self._peers[peer] = _PeerState(version)
         for child_id in held:
             if self.host.get(child_id) is not None and child_id not in self._sharing:
                 state.held.add(child_id)
-                self._sharing[child_id] = Sharing.sole(peer, FEED_BOUND, self.share_size)
+                self._sharing[child_id] = Sharing.sole(
+                    peer, FEED_BOUND, self.share_size, shares=child_id in shares
+                )
         if watch is not None:
             self.events.adopt_watcher(peer, watch)
 
@@ -581,19 +621,24 @@ class RequestCore(Generic[C]):
             return info
         return replaced(info, holders=len(sharing.holders), watchers=sharing.watchers)
 
-    def _hold(self, peer: Peer, child: C) -> None:
+    def _hold(self, peer: Peer, child: C, *, shares: bool = False) -> None:
         """``peer`` alone holds ``child`` from now and reads its master (a
-        claim that takes it, a launch): every other holder is told it was
-        taken, a join that waited is refused."""
+        claim that takes it, a launch; ``shares``: it can give reading
+        back): every other holder is told it was taken, a join that waited
+        is refused."""
         before = self._sharing.get(child.id)
         others = (
             []
             if before is None
             else [p for p in (*before.holders, *before.waiting) if p is not peer]
         )
-        self._end_feeds(child.id)
+        # Their feeds go quiet but stay open until they go: the end of a
+        # feed tells a holder to read the master, and these are told
+        # ChildTaken instead (on another channel, which may come later).
+        for key in [key for key in self._feeds if key[0] == child.id]:
+            self._taken_feeds.setdefault(key[1], []).append(self._feeds.pop(key))
         self._asked_at.pop(child.id, None)
-        self._sharing[child.id] = Sharing.sole(peer, FEED_BOUND, self.share_size)
+        self._sharing[child.id] = Sharing.sole(peer, FEED_BOUND, self.share_size, shares=shares)
         self._peers[peer].held.add(child.id)
         self.host.hold(child)
         if before is None or (peer not in before.holders and not others):
@@ -648,18 +693,15 @@ class RequestCore(Generic[C]):
         sharing = None if child is None else self._sharing.get(child.id)
         if child is None or not child.running or (sharing is None and not msg.read_only):
             # Nobody to join: a claim as ever (the master handed over, or
-            # the end of an exited session shown).
-            return self._claim(peer, replaced(msg, join=False, read_only=False))
+            # the end of an exited session shown), by a client that shares.
+            return self._claim(peer, replaced(msg, join=False, read_only=False), shares=True)
         if sharing is not None and (peer in sharing.holders or peer in sharing.waiting):
             return self.error(
                 peer, msg.req, errno.EBUSY, f"this client holds session {child.name} already"
             )
         reader = None if sharing is None else sharing.reader
-        if reader is not None and self._version(reader) < SHARING_VERSION:
-            text = (
-                f"session {child.name} is held by a client too old to share it"
-                f" (protocol {self._version(reader)}): take it over instead"
-            )
+        if reader is not None and sharing is not None and not sharing.reader_shares:
+            text = f"session {child.name} is held by a client that does not share it"
             return self.error(peer, msg.req, errno.EBUSY, text)
         if sharing is None:  # only watchers: the daemon reads
             sharing = self._sharing[child.id] = Sharing(FEED_BOUND, self.share_size)
@@ -703,7 +745,7 @@ class RequestCore(Generic[C]):
                     raise AssertionError("a join is never handed the master")
                 case AskBack(peer=reader):
                     reader.notify(GiveBack(id=child.id))
-                    self._asked_at[child.id] = time.monotonic()
+                    self._asked_at[child.id] = self.clock()
                     self.tick_wanted()
                 case Resume(shown=shown):
                     self._asked_at.pop(child.id, None)
@@ -726,7 +768,8 @@ class RequestCore(Generic[C]):
                 case TellSkipped(peer=holder, missed=missed):
                     feed = self._feeds.get((child.id, holder))
                     if feed is not None:
-                        feed.write(redraw(child.buffer.peek()[0], feed.capacity - feed.unread()))
+                        room = min(REDRAW_MAX, feed.capacity - feed.unread())
+                        feed.write(redraw(child.buffer.peek()[0], room))
                     holder.notify(Skipped(id=child.id, missed=missed))
                 case StopReading():
                     self.host.hold(child)
@@ -783,6 +826,24 @@ class RequestCore(Generic[C]):
             self._end_feeds(child_id)
             return
         self._act(child, sharing, [*self._taken(child_id, sharing), *sharing.read(data)])
+        if self._least_free(child_id, sharing) < self._free_to_read(sharing, PAUSE_FREE):
+            self.host.pause(child)  # until they have read (``tick``)
+            self._paused[child_id] = self.clock()
+            self.tick_wanted()
+
+    def _least_free(self, child_id: int, sharing: Sharing) -> int:
+        """The least room in the feed of a holder that keeps up (not
+        skipped); unbounded when none does (nobody to wait for)."""
+        lagging = set(sharing.lagging)
+        free = [
+            feed.capacity - feed.unread()
+            for holder in sharing.holders
+            if holder not in lagging and (feed := self._feeds.get((child_id, holder))) is not None
+        ]
+        return min(free, default=1 << 62)
+
+    def _free_to_read(self, sharing: Sharing, fraction: int) -> int:
+        return sharing.bound // fraction
 
     def _taken(self, child_id: int, sharing: Sharing) -> list[Any]:
         """What each holder read of its feed since the last look."""
@@ -795,10 +856,25 @@ class RequestCore(Generic[C]):
                     actions += sharing.taken(holder, owed - feed.unread())
         return actions
 
-    def tick(self, now: float) -> bool:
+    def tick(self, now: float) -> float | None:
         """Look again at what waits on time: a reader asked to give reading
         back too long ago is disconnected; a holder that was behind and has
-        read its feed empty is told what it missed. True: call again soon."""
+        read its feed empty is told what it missed; a paused master is read
+        again once a holder has read enough (``_pace``). The seconds until
+        the next look, or None: nothing waits."""
+        wait: float | None = None
+        for child_id, since in list(self._paused.items()):
+            sharing = self._sharing.get(child_id)
+            child = self.host.get(child_id)
+            if child is None or sharing is None or sharing.reader is not None:
+                del self._paused[child_id]  # not read by the daemon any more
+            elif now - since >= LAG_WAIT or self._least_free(
+                child_id, sharing
+            ) >= self._free_to_read(sharing, RESUME_FREE):
+                del self._paused[child_id]
+                self.host.resume(child)
+            else:
+                wait = PAUSED_TICK
         again = False
         for child_id, sharing in list(self._sharing.items()):
             asked = self._asked_at.get(child_id)
@@ -812,7 +888,7 @@ class RequestCore(Generic[C]):
             if child is not None and sharing.lagging:
                 self._act(child, sharing, self._taken(child_id, sharing))
                 again = again or bool(sharing.lagging)
-        return again
+        return wait if wait is not None or not again else WAIT_TICK
 
     def _tell_shared(self, child: C, sharing: Sharing) -> None:
         """Every holder that knows sharing is told how many hold and watch
@@ -956,10 +1032,10 @@ class RequestCore(Generic[C]):
             )
         launched = Launched(req=msg.req, child=self._info(peer, child, held=True))
         reply = _reply(peer, launched, fds)
-        self._hold(peer, child)
+        self._hold(peer, child, shares=msg.share and self._version(peer) >= SHARING_VERSION)
         return Answer([reply])
 
-    def _claim(self, peer: Peer, msg: Claim) -> Answer:
+    def _claim(self, peer: Peer, msg: Claim, *, shares: bool = False) -> Answer:
         if msg.join or msg.read_only:
             return self._join(peer, msg)
         if len(msg.ids) > MAX_REQUEST_IDS:
@@ -1038,7 +1114,7 @@ class RequestCore(Generic[C]):
             raise
         # 4. Only now: holders and buffers.
         for child in taking.values():
-            self._hold(peer, child)
+            self._hold(peer, child, shares=shares)
             if not msg.keep_output:
                 output, _ = child.buffer.take()
                 self.host.freed(len(output))

@@ -63,25 +63,21 @@ def _open_spare() -> OwnedFd | None:
         return None
 
 
-# How often the sharing's clock is looked at while it has work (a reader
-# asked to give reading back, a holder behind): only then.
-SHARING_TICK = 0.05
-
-
 async def sharing_ticks(core: RequestCore[Any]) -> None:
-    """Run ``core.tick`` every SHARING_TICK while it has work; asleep
+    """Run ``core.tick`` as often as it asks while it has work (a reader
+    asked to give reading back, a holder behind, a paused master); asleep
     otherwise (an idle daemon never wakes for it).
 
     Cancellation: nothing is left half done.
     """
     wanted = trio.Event()
-    core.tick_wanted = wanted.set
+    core.tick_wanted, core.clock = wanted.set, trio.current_time
     while True:
         await wanted.wait()
         wanted = trio.Event()
         core.tick_wanted = wanted.set
-        while core.tick(time.monotonic()):
-            await trio.sleep(SHARING_TICK)
+        while (wait := core.tick(trio.current_time())) is not None:
+            await trio.sleep(wait)
 
 
 class Daemon:
@@ -358,7 +354,7 @@ class Daemon:
         for state in snapshot.peers:
             conn = ClientConnection.adopt(self, state, area)
             self._clients.add(conn)
-            self.core.adopt(conn, state.version, state.held, state.watch)
+            self.core.adopt(conn, state.version, state.held, state.watch, state.shares)
         ClientConnection.number_from(max((p.number for p in snapshot.peers), default=0) + 1)
         lingering = {c.id: c.linger_left for c in snapshot.children}
         for child in children:

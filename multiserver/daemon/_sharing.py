@@ -125,15 +125,22 @@ class Sharing:
         self.sizes: dict[Peer, tuple[int, int]] = {}  # typing holders' sizes, latest last
         self.reader: Peer | None = None  # a holder reading the master; None: the daemon
         self._asked = False  # the reader was asked to hand reading back
+        # The reader can give reading back: it joined, or said so when it
+        # took the session; one that did not is never asked.
+        self.reader_shares = True
         self._waiting: dict[Peer, bool] = {}  # joins waiting for that (read_only)
 
     @classmethod
-    def sole(cls, peer: Peer, bound: int, policy: str = "latest") -> Sharing:
+    def sole(
+        cls, peer: Peer, bound: int, policy: str = "latest", *, shares: bool = False
+    ) -> Sharing:
         """``peer`` alone holds the session and reads its master (a claim
-        that takes it, a launch that holds it)."""
+        that takes it, a launch that holds it); ``shares``: it can give
+        reading back (it said so), so others may join."""
         sharing = cls(bound, policy)
         sharing.holders[peer] = _Holder(read_only=False)
         sharing.reader = peer
+        sharing.reader_shares = shares
         return sharing
 
     @property

@@ -112,6 +112,8 @@ class PeerState:
     upgrade_req: int | None = None
     # The event it reads next, if it watches (``_events``).
     watch: int | None = None
+    # Of ``held``, those it can give reading back of (``Sharing.reader_shares``).
+    shares: list[int] = attrs.Factory(list)
 
 
 @attrs.frozen

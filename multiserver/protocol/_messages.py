@@ -157,6 +157,10 @@ class Launch:
     name: str = ""
     linger: float | None = None
     hold: bool = True  # False: launch detached, the daemon drains it
+    # Version 9: the holder can give reading back (it answers GiveBack), so
+    # other clients may join (docs/sharing.md); a claim with ``join`` says
+    # so too. Omitted at False.
+    share: bool = False
 
 
 @record

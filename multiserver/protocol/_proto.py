@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # pushed SessionEvent and EventsMissed. Nothing else changed; a daemon that
 # picked 7 or less for a connection answers Watch EPROTO, and a client
 # tells its caller the daemon is too old for events.
-# 9: sharing (docs/sharing.md): Claim.join and .read_only, ClaimedChild.feed,
+# 9: sharing (docs/sharing.md): Claim.join and .read_only, Launch.share, ClaimedChild.feed,
 # ChildInfo.holders and .watchers (each omitted at its default), HandBack
 # and its answer HandedBack, the pushed GiveBack, Shared and Skipped. A
 # client that picked 8 or less is never asked to give reading back: a join
@@ -71,6 +71,7 @@ OMIT_IF_DEFAULT: dict[str, tuple[str, ...]] = {
     "ListChildren": ("prefixes", "ids"),
     "ChildInfo": ("argv_omitted", "holders", "watchers"),
     "Claim": ("join", "read_only"),
+    "Launch": ("share",),
     "ClaimedChild": ("feed",),
 }
 

@@ -90,6 +90,12 @@ class _SimHost:
         child.tap = tap
         child.read_available()  # what the reader left unread, then every write
 
+    def pause(self, child: SimChild) -> None:
+        pass  # the test writes what it writes: a sim child never waits
+
+    def resume(self, child: SimChild) -> None:
+        pass
+
     def unhold(self, child: SimChild) -> None:
         child.tap = None
         before = len(child.buffer) + child.buffer.dropped

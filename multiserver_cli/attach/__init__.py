@@ -2,8 +2,12 @@
 
 - ``_attached``: one attachment (its session claimed): the replay, the
   daemon's notices and the signals watched, then release or collect;
-- ``_proxy``: the copy loop, terminal <-> the session's PTY, in a thread
-  of its own;
+- ``_proxy``: the copy loop, terminal <-> the session's PTY (or its feed,
+  while other clients share it), in a thread of its own;
+- ``_screen``: the terminal as the attach writes to it (what it showed,
+  the replay, the reset, raw mode);
+- ``_watch``: the attachment's other loop: the daemon's notices, signals,
+  giving reading back;
 - ``_terminal``: what is written to the terminal and let through from it
   (pure: queries stripped from a replay, answers dropped, the reset);
 - ``_tty``: the terminal the attach draws on, a tty here or one relayed

@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 
-from multiserver import ChildExited, ChildTaken, ConnectionClosed, describe_exit, exit_status
-from multiserver.internal import OutputBuffer, mutable_record
+from multiserver import (
+    ConnectionClosed,
+    describe_exit,
+    exit_status,
+)
+from multiserver.internal import OutputBuffer
 from multiserver_cli import _shown
 from multiserver_cli._errors import CliError
 from multiserver_cli._scrollback import ScreenKeeper
-from multiserver_cli.attach import _proxy
+from multiserver_cli.attach import _proxy, _screen
 from multiserver_cli.attach._daemon_gone import DaemonGone
 from multiserver_cli.attach._tty import is_terminal, relay_broken, sizes_to, terminal_size
+from multiserver_cli.attach._watch import AttachWatch, Outcome, keep_again
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,29 +47,19 @@ if TYPE_CHECKING:
 Say = Callable[[str, bool], None]
 # How much of what the terminal showed goes back to the daemon on detach.
 SCREEN_KEEP = 256 * 1024
-# After the PTY reports EOF, how long to wait for the daemon's exit notice.
-EXIT_NOTICE_WAIT = 5.0
 # The signals an attached client answers: a size change, and being told to go.
 _WATCHED = (signal.SIGWINCH, signal.SIGHUP, signal.SIGTERM)
 
 
-@mutable_record
-class _Outcome:
-    """What ended the attachment, besides the proxy's own reason."""
-
-    exit_code: int | None = None
-    taken: bool = False
-    signal: int | None = None
-    reason: str | None = None  # the proxy's, once it returned
-
-
-def _size_pty(master: int, rows: int, cols: int) -> None:
-    """The PTY sized by this client, which holds its master (on a relayed
-    terminal, so that keys sent after a resize come after it; the daemon is
-    told too, and its own resize then changes nothing)."""
+def _size_pty(master: int | None, outcome: Outcome, rows: int, cols: int) -> None:
+    """The PTY sized by this client, which holds its master alone (on a
+    relayed terminal, so that keys sent after a resize come after it; the
+    daemon is told too, and its own resize then changes nothing). Shared,
+    the daemon sizes it, by its policy."""
     from multiserver.internal import set_winsize
 
-    set_winsize(master, rows, cols)
+    if master is not None and not outcome.shared:
+        set_winsize(master, rows, cols)
 
 
 def _ends_line(shown: OutputBuffer) -> bool:
@@ -75,8 +68,14 @@ def _ends_line(shown: OutputBuffer) -> bool:
 
 
 def _redraw(
-    client: SyncClient, child: ChildInfo, master: int, size: tuple[int, int] | None, how: Redraw
+    client: SyncClient,
+    child: ChildInfo,
+    master: int | None,
+    size: tuple[int, int] | None,
+    how: Redraw,
 ) -> None:
+    if master is None:  # a watcher's size never counts, nor does it redraw
+        return
     if size is not None:
         rows, cols = size
         if how == "winch":
@@ -85,7 +84,7 @@ def _redraw(
             client.resize(child.id, rows, max(1, cols - 1) if cols > 1 else cols + 1)
         client.resize(child.id, rows, cols)
     if how == "ctrl_l":
-        _proxy.write_all(master, b"\x0c")
+        _screen.write_all(master, b"\x0c")
 
 
 @contextlib.contextmanager
@@ -109,7 +108,7 @@ def _signals_to(fd: int) -> Iterator[None]:
 def run_attached(
     client: SyncClient,
     child: ChildInfo,
-    master: int,
+    master: int | None,
     *,
     replay: bytes,
     detach_key: bytes | None,
@@ -117,10 +116,13 @@ def run_attached(
     say: Say,
     close_exited: CloseExited,
     keeper: ScreenKeeper | None = None,
+    feed: int | None = None,
 ) -> int:
-    """Attach this terminal to ``child`` whose ``master`` we hold (and own).
-    A program that exits meanwhile is closed with ``close_exited``.
-    Returns the exit status for the command.
+    """Attach this terminal to ``child`` whose ``master`` we hold (and own;
+    None: only watching). With ``feed`` (ours too) other clients hold it:
+    its output comes on the feed (docs/sharing.md). A program that exits
+    meanwhile is closed with ``close_exited``. Returns the exit status for
+    the command.
 
     Two loops: the copy loop (``_proxy.proxy``, in a thread: terminal <->
     PTY) and this thread's, which answers the daemon's notices (taken
@@ -146,25 +148,28 @@ def run_attached(
     done_r, done_w = os.pipe()
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_w, False)
-    outcome = _Outcome()
+    outcome = Outcome(shared=feed is not None)
     # Should the daemon die meanwhile: the session goes on, said so (_daemon_gone).
     gone = DaemonGone.watching(client, child, master, ctl_w)
+    sharing = _proxy.Sharing(done_w, feed)
     copier: threading.Thread | None = None
     try:
         # Raw mode; on every way out, the terminal reset (alternate screen
         # left, cursor shown...) before the status line.
         with (
-            _proxy.attached_terminal(stdin, stdout, shown) as screen,
+            _screen.attached_terminal(stdin, stdout, shown) as screen,
             _signals_to(sig_w),
-            sizes_to(lambda rows, cols: _size_pty(master, rows, cols)),
+            sizes_to(lambda rows, cols: _size_pty(master, outcome, rows, cols)),
         ):
             # The replay without its queries; the filter drops the terminal's
             # answers to what was missed.
             answers = screen.replay(replay, answers_to=stdin)
             if replay and terminal_size(stdin) not in (None, (child.rows, child.cols)):
                 screen.resized()
-            if keeper is not None:
+            if keeper is not None and not outcome.shared:  # shared: the daemon keeps it
                 screen.keep = keeper.live
+            if keeper is not None:
+                sharing.reading_again = lambda: keep_again(keeper, screen)
             try:
                 _redraw(client, child, master, terminal_size(stdin), redraw)
             except ConnectionClosed:  # it died as we came: go on without it
@@ -176,17 +181,18 @@ def run_attached(
             def copy() -> None:
                 try:
                     outcome.reason = _proxy.proxy(
-                        master, stdin, screen, ctl_r, detach_key, answers, gone.notes
+                        master, stdin, screen, ctl_r, detach_key, answers, gone.notes, sharing
                     )
                 finally:
                     os.write(done_w, b"x")
 
             copier = threading.Thread(target=copy, name="copy", daemon=True)
             copier.start()
-            _watch(client, child, stdin, outcome, sig_r, done_r, ctl_w, gone, keeper)
+            watch = AttachWatch(client, child, stdin, outcome, ctl_w, gone, keeper, sharing, screen)
+            watch.run(sig_r, done_r)
             copier.join()
             copier = None
-            if outcome.exit_code is not None:
+            if outcome.exit_code is not None and master is not None and not outcome.shared:
                 screen.drain_rest(master)
     finally:
         if copier is not None:  # an error in this thread: stop the copy loop first
@@ -194,8 +200,10 @@ def run_attached(
             copier.join()
         if keeper is not None:  # before the session is given back: the daemon writes next
             keeper.last()
-        for fd in (ctl_r, ctl_w, done_r, done_w, sig_r, sig_w, master):
-            os.close(fd)
+        feeds = [fd for fd in sharing.feeds if fd != master]  # handed, never read
+        for fd in (ctl_r, ctl_w, done_r, done_w, sig_r, sig_w, master, *feeds):
+            if fd is not None:
+                os.close(fd)
         gone.forget()  # the hold, if its daemon died, ended with the master
 
     return _ended(client, child, outcome, gone, shown, say, close_exited)
@@ -204,7 +212,7 @@ def run_attached(
 def _ended(
     client: SyncClient,
     child: ChildInfo,
-    outcome: _Outcome,
+    outcome: Outcome,
     gone: DaemonGone,
     shown: OutputBuffer,
     say: Say,
@@ -239,68 +247,9 @@ def _ended(
         if broken is not None:  # its output still reaches the person: say why
             say(f"[{name}: {broken}; detached]", _ends_line(shown))
         return 1
-    say(f"[detached from {name}]", _ends_line(shown))
+    skipped = f"; {outcome.skipped} bytes skipped while it was behind" if outcome.skipped else ""
+    say(f"[detached from {name}{skipped}]", _ends_line(shown))
     return 0
-
-
-def _watch(
-    client: SyncClient,
-    child: ChildInfo,
-    stdin: int,
-    outcome: _Outcome,
-    sig_r: int,
-    done_r: int,
-    ctl_w: int,
-    gone: DaemonGone,
-    keeper: ScreenKeeper | None = None,
-) -> None:
-    """Until the copy loop returns: answer notices and signals; stop the
-    copy loop (``ctl_w``) when the session is taken, exits or we are told to
-    go; write what the session showed when due (``keeper``). After a PTY EOF, wait a while
-    for the exit notice."""
-    watched = [done_r, sig_r, client.fileno()]
-    stopping = False
-    while True:
-        if client.fileno() in watched:
-            try:
-                client.read_notices()  # a notice may have come with a reply
-            except ConnectionClosed:
-                # The daemon is gone; the session goes on through our fd.
-                watched.remove(client.fileno())
-                gone.noticed()
-            while client.notices:
-                notice = client.notices.popleft()
-                if notice.id != child.id or stopping:
-                    continue
-                if isinstance(notice, ChildTaken):
-                    outcome.taken = True
-                elif isinstance(notice, ChildExited):
-                    # The PTY may stay open (a grandchild holds it): stop.
-                    outcome.exit_code = notice.exit_code
-                os.write(ctl_w, b"x")
-                stopping = True
-        ready, _, _ = select.select(watched, [], [], None if keeper is None else keeper.wait())
-        if keeper is not None and not stopping:
-            keeper.tick()
-        if sig_r in ready:
-            for signum in os.read(sig_r, 64):
-                if signum == signal.SIGWINCH:
-                    size = terminal_size(stdin)
-                    if size is not None and not stopping:
-                        gone.resize(client, *size)
-                elif not stopping:
-                    outcome.signal = signum
-                    os.write(ctl_w, b"x")
-                    stopping = True
-        if done_r in ready:
-            break
-    if outcome.reason == _proxy.EOF and outcome.exit_code is None and not outcome.taken:
-        until = time.monotonic() + EXIT_NOTICE_WAIT
-        with contextlib.suppress(ConnectionClosed):
-            while (late := client.wait_notice(until)) is not None:
-                if late.id == child.id and isinstance(late, ChildExited):
-                    outcome.exit_code = late.exit_code
-                    break
 
 
 def attach_exited(
@@ -312,7 +261,7 @@ def attach_exited(
 ) -> int:
     """The session had already exited: show what it wrote, close it."""
     # In raw mode as a live replay, its queries removed, the terminal reset.
-    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
+    _screen.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
     code = child.exit_code if child.exit_code is not None else 0
     close_exited(client, child)
     say(f"[{child.name} {describe_exit(code)}]", not replay or replay.endswith(b"\n"))

@@ -68,7 +68,7 @@ class DaemonGone:
         socket: str,
         instance_id: str,
         daemon_pid: int,
-        master: int,
+        master: int | None,
         ctl: int,
     ) -> None:
         self.name = name
@@ -83,7 +83,9 @@ class DaemonGone:
         self._record: HoldRecord | None = None
 
     @classmethod
-    def watching(cls, client: SyncClient, child: ChildInfo, master: int, ctl: int) -> DaemonGone:
+    def watching(
+        cls, client: SyncClient, child: ChildInfo, master: int | None, ctl: int
+    ) -> DaemonGone:
         return cls(
             child.name,
             child,
@@ -95,10 +97,15 @@ class DaemonGone:
         )
 
     def noticed(self) -> None:
-        """The daemon's connection closed: record the hold, tell the person."""
+        """The daemon's connection closed: record the hold, tell the person
+        (a watcher, which holds no master, is only told)."""
         if self.happened:
             return
         self.happened = True
+        if self.master is None:
+            self.notes.append(f"\r\n[multiserver: the daemon of {self.name} is gone]\r\n".encode())
+            os.write(self.ctl, NOTE)
+            return
         # Loaded only now: every attach builds a DaemonGone, few ever need it.
         from restore import Hold, HoldRecord
 
@@ -127,8 +134,9 @@ class DaemonGone:
                 pass
         from multiserver.internal import set_winsize
 
-        with contextlib.suppress(OSError):
-            set_winsize(self.master, rows, cols)
+        if self.master is not None:  # a watcher never sizes it
+            with contextlib.suppress(OSError):
+                set_winsize(self.master, rows, cols)
 
     def forget(self) -> None:
         """Once the master is closed: the hold is over."""

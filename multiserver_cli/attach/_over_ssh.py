@@ -17,7 +17,7 @@ import termios
 import time
 import tty
 from argparse import Namespace
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from multiserver_cli import _remote
 from multiserver_cli._errors import CliError
@@ -60,16 +60,29 @@ def attach_there(host_name: str, name: str, args: Namespace) -> int:
         from multiserver.internal import strip_for_terminal
 
         os.write(sys.stdout.fileno(), strip_for_terminal(notice))
-    words = ["attach", *detach_words(args)]
+    words = ["attach", *detach_words(args, features)]
     if "host-label" in features:  # its refusals name this host (as `rh: ...`)
         words += ["--host-label", host_name]
     return interactive(host, [*words, name], args.detach_key, "attach-relay" in features)
 
 
-def detach_words(args: Namespace) -> list[str]:
-    """The remote attach's options that say what this one's say."""
+def detach_words(args: Namespace, features: Collection[str] | None = None) -> list[str]:
+    """The remote attach's options that say what this one's say, as its
+    ``features`` read them (None: not asked; a session just made there,
+    which nobody else holds)."""
     words = ["-E"] if args.no_detach else ["-e", args.detach_spec]
-    return [*words, "-r", args.redraw]
+    shares = features is None or "share" in features
+    if args.redraw != "winch":  # the default on both sides: no flag
+        words += ["--redraw" if shares else "-r", args.redraw]
+    if features is not None and not shares:
+        if getattr(args, "read_only", False):
+            raise CliError("that host's multiserver is too old to watch a session (-r): upgrade it")
+        return words  # it takes sessions over, as -d does
+    if getattr(args, "read_only", False):
+        words.append("--read-only")
+    elif getattr(args, "takeover", False):
+        words.append("--takeover")
+    return words
 
 
 def interactive(

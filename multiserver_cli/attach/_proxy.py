@@ -1,6 +1,9 @@
 """The attached data path: the user's terminal <-> the session's PTY master.
 
-No proxy process sits in between: this client holds the master itself. The
+No proxy process sits in between: this client holds the master itself
+(while it alone holds the session: several that share it each read their
+own feed from the daemon, and type into their own copy of the master;
+docs/sharing.md). The
 loop is plain ``poll`` + ``read``/``write`` in one thread (no event loop per
 chunk), which is what keeps it close to a raw PTY's speed. Nothing in it
 blocks but ``poll``: output read from the PTY waits in a bounded buffer
@@ -11,10 +14,10 @@ keep working. The trio side stops it by writing to ``ctl``; the loop never
 reads the master after it has seen ``ctl``, so the session can be released
 without a byte read twice or lost.
 
-``Screen`` is the terminal as this client writes to it: everything shown
-(``shown``, handed back on release) and what it left on (for the reset that
-``attached_terminal`` writes on every way out). What to write and what to
-let through is decided by the pure ``_terminal`` module.
+``_screen.Screen`` is the terminal as this client writes to it: everything
+shown (``shown``, handed back on release) and what it left on (for the
+reset that ``attached_terminal`` writes on every way out). What to write
+and what to let through is decided by the pure ``_terminal`` module.
 """
 
 from __future__ import annotations
@@ -24,16 +27,12 @@ import contextlib
 import errno
 import os
 import select
-import termios
 import time
-import tty
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from multiserver import ReplayEnd
-from multiserver.internal import OutputBuffer, ScreenModes
 from multiserver_cli.attach._keys import DetachMatcher
-from multiserver_cli.attach._terminal import SENTINEL, AnswerFilter, guard_replay
-from multiserver_cli.attach._tty import is_terminal, real_tty
+from multiserver_cli.attach._screen import Screen, write_all
+from multiserver_cli.attach._terminal import AnswerFilter
 from multiserver_cli.attach._typed import TypedInput
 
 READ_SIZE = 65536
@@ -49,37 +48,30 @@ PENDING_LIMIT = 256 * 1024
 # Input read from the terminal and not yet taken by the program; past it
 # the terminal is not read (the detach key then waits too, ``ctl`` does not).
 INPUT_LIMIT = 64 * 1024
-# How long answers to a replay are waited for when the terminal does not
-# answer the sentinel (see ``_terminal``). The terminals met answer it in
-# milliseconds, over ssh in a round trip.
-ANSWER_WAIT = 1.0
 
 # What the ctl pipe carries: STOP ends the loop; NOTE says that lines for
-# the person wait in the loop's ``notes`` (any other byte stops it too).
+# the person wait in the loop's ``notes``; GIVE_BACK: stop reading the
+# master (another client joins); FEED: the feed to read from now waits in
+# the loop's ``feeds`` (any other byte stops it too).
 STOP = b"x"
 NOTE = b"n"
+GIVE_BACK = b"h"
+FEED = b"f"
+SIZED = b"s"  # the session has this terminal's size now: what was typed goes on
+# What the loop tells its caller on ``told`` (besides its end, which the
+# caller writes): it stopped reading the master (after GIVE_BACK); its feed
+# ended and it reads the master again; the person typed while the session
+# had another holder's size (what is typed then waits for SIZED, so the
+# program has this terminal's size before it reads the keys, as in tmux).
+STOPPED_READING = b"h"
+READING_AGAIN = b"r"
+TYPED = b"t"
 
 # Why the loop ended.
 DETACH = "detach"
 EOF = "eof"  # the PTY's slave side is closed: the program is gone
 TERMINAL_GONE = "terminal-gone"
 STOPPED = "stopped"  # told to stop through the ctl pipe
-
-
-def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    """Write everything, waiting for room if the fd is non-blocking."""
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except BlockingIOError:
-            p = select.poll()
-            p.register(fd, select.POLLOUT)
-            p.poll()
-            continue
-        except InterruptedError:
-            continue
-        view = view[n:]
 
 
 def _read_batch(fd: int) -> tuple[bytes, bool]:
@@ -105,112 +97,6 @@ def _read_batch(fd: int) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-class Screen:
-    """The user's terminal as this client writes to it (blocking writes on
-    ``fd``, outside the copy loop). Everything shown is recorded: in
-    ``shown`` (exact: the program's bytes as the terminal got them, its
-    queries removed from a replay, nothing of this client's own) and in
-    ``modes``."""
-
-    def __init__(self, fd: int, shown: OutputBuffer) -> None:
-        self.fd = fd
-        self.shown = shown
-        self.modes = ScreenModes()
-        self._replay_end: ReplayEnd | None = None  # see ``live``
-        self.keep: Callable[[bytes], None] | None = None  # the live output kept on disk too
-
-    def record(self, data: bytes) -> None:
-        self.shown.append(data)
-        self.modes.feed(data)
-
-    def replay(self, replay: bytes, *, answers_to: int | None) -> AnswerFilter | None:
-        """Write what of ``replay`` draws (a sequence its end cuts: see
-        ``live``). If ``answers_to`` (the fd the terminal's input is read
-        from) is given, also ask the sentinel, and return the filter for
-        that input (None when nothing was asked: an empty replay, or output
-        to another device)."""
-        body, tail = guard_replay(replay)
-        ask = answers_to is not None and bool(body) and _same_terminal(answers_to, self.fd)
-        write_all(self.fd, body + (SENTINEL if ask else b""))
-        self.record(body)
-        self._replay_end = ReplayEnd(tail) if tail else None
-        return AnswerFilter(deadline=time.monotonic() + ANSWER_WAIT) if ask else None
-
-    def resized(self) -> None:
-        """The replay was drawn at another size than this terminal's: its
-        scroll region made the whole screen again, as a terminal does when
-        it is resized (xterm, tmux), where the program's SIGWINCH finds it.
-        A region of the old size would keep the rows below it from
-        scrolling (vim sets none on its redraw). The cursor stays where the
-        replay left it; nothing of this is the program's (``shown``)."""
-        write_all(self.fd, b"\x1b7\x1b[r\x1b8")
-
-    def live(self, data: bytes) -> bytes:
-        """What of the program's live output ``data`` to write, recorded
-        (and kept): as it came, once it has finished the replay's cut end."""
-        if (end := self._replay_end) is not None:
-            data = end.feed(data)
-            self._replay_end = end if end.pending else None
-        if data:
-            self.record(data)
-            if self.keep is not None:
-                self.keep(data)
-        return data
-
-    def drain_rest(self, master: int) -> None:
-        """Show what the program wrote before it exited that was not shown."""
-        os.set_blocking(master, False)
-        while True:
-            try:
-                data = os.read(master, READ_SIZE)
-            except OSError:
-                return
-            if not data:
-                return
-            write_all(self.fd, self.live(data))
-
-    def reset(self) -> None:
-        """Give the terminal back as it was before attaching (modes, not
-        contents); nothing if the output is not a terminal or is gone."""
-        if is_terminal(self.fd):
-            with contextlib.suppress(OSError):
-                write_all(self.fd, self.modes.reset())
-
-
-def _same_terminal(a: int, b: int) -> bool:
-    if not (real_tty(a) and real_tty(b)):  # the relayed terminal is one both ways
-        return is_terminal(a) and is_terminal(b)
-    try:
-        return os.fstat(a).st_rdev == os.fstat(b).st_rdev
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def attached_terminal(stdin: int, stdout: int, shown: OutputBuffer) -> Iterator[Screen]:
-    """Raw mode for the attached session. On the way out, whatever happens
-    (short of SIGKILL), the terminal is reset (``Screen.reset``) and its
-    saved modes come back."""
-    screen = Screen(stdout, shown)
-    with raw_terminal(stdin):
-        try:
-            yield screen
-        finally:
-            screen.reset()
-
-
-def show_exited(stdin: int, stdout: int, replay: bytes) -> None:
-    """An exited session's output, shown as a live session's replay is: in
-    raw mode (the bytes as the program's terminal had them), its queries
-    removed (their answers would go to the shell), the terminal reset after.
-    No sentinel: nobody reads the terminal's answer."""
-    if not is_terminal(stdin):
-        Screen(stdout, OutputBuffer(0)).replay(replay, answers_to=None)
-        return
-    with attached_terminal(stdin, stdout, OutputBuffer(0)) as screen:
-        screen.replay(replay, answers_to=None)
-
-
 def _terminal_output(fd: int) -> tuple[int, Callable[[], None]]:
     """A non-blocking fd writing where ``fd`` writes, and how to let it go.
 
@@ -230,12 +116,28 @@ def _terminal_output(fd: int) -> tuple[int, Callable[[], None]]:
     return fd, lambda: os.set_blocking(fd, was_blocking)
 
 
+class Sharing:
+    """Between the copy loop and its caller, while the session may be
+    shared (docs/sharing.md): the feeds handed over (``FEED``), the fd the
+    loop tells on (``STOPPED_READING``, ``READING_AGAIN``, ``TYPED``),
+    whether typing is to be told (the session has another holder's size),
+    and what to do when it reads the master again (``reading_again``)."""
+
+    def __init__(self, told: int, feed: int | None = None) -> None:
+        self.told = told
+        self.feed = feed  # the first: a join answered with a feed
+        self.feeds: collections.deque[int] = collections.deque()
+        self.tell_typing = False
+        self.sizing = False  # told TYPED: what is typed waits for SIZED
+        self.reading_again: Callable[[], None] = lambda: None
+
+
 class _Copy:
     """One attachment's copy loop; see ``proxy``."""
 
     def __init__(
         self,
-        master: int,
+        master: int | None,
         stdin: int,
         out: int,  # the terminal, non-blocking
         ctl: int,
@@ -243,8 +145,15 @@ class _Copy:
         screen: Screen,
         answers: AnswerFilter | None,
         notes: collections.deque[bytes] | None = None,
+        sharing: Sharing | None = None,
     ) -> None:
-        self.master = master
+        self.master = master  # typed into; None: only watching
+        self.sharing = sharing
+        # What output is read from: the master, the feed, or None while
+        # reading was given back and the feed has not come yet.
+        self.source: int | None = master
+        if sharing is not None and sharing.feed is not None:
+            self.source = sharing.feed
         self.stdin = stdin
         self.out = out
         self.ctl = ctl
@@ -256,7 +165,7 @@ class _Copy:
         self._to_program = bytearray()
         self._poller = select.poll()
         self._masks: dict[int, int] = {}
-        self._watching = (-1, -1, -1)
+        self._watching: tuple[int | None, int, int, int] = (-1, -1, -1, -1)
 
     def run(self) -> str:
         while True:
@@ -272,30 +181,43 @@ class _Copy:
                 return STOPPED
             if self.out in ready and not self._write_terminal():
                 return TERMINAL_GONE
-            if self.master in ready:
-                if ready[self.master] & select.POLLOUT:
-                    self._write_program()
-                if ready[self.master] & ~select.POLLOUT and self._read_program():
-                    return EOF
+            if self.master is not None and ready.get(self.master, 0) & select.POLLOUT:
+                self._write_program()
+            source = self.source
+            if (
+                source is not None
+                and ready.get(source, 0) & ~select.POLLOUT
+                and self._read_program()
+            ):
+                return EOF
             if self.stdin in ready:
                 reason = self._read_terminal(ready[self.stdin])
                 if reason is not None:
                     return reason
 
     def _watch(self) -> None:
-        """Poll for what can be done: read the PTY while its output has room
-        for a whole batch, read the terminal while its input has room, write
-        what waits."""
+        """Poll for what can be done: read the PTY (or the feed) while its
+        output has room for a whole batch, read the terminal while its
+        input has room, write what waits."""
         room = len(self._to_terminal) + BATCH <= PENDING_LIMIT
         # A PTY not read is not polled at all (its input waits meanwhile):
         # closed, it reports POLLHUP whatever is asked, and would spin the loop.
-        master = select.POLLIN | (select.POLLOUT if self._to_program else 0) if room else 0
+        source = select.POLLIN if room and self.source is not None else 0
+        sizing = self.sharing is not None and self.sharing.sizing
+        writes = self._to_program and not sizing
+        typing = select.POLLOUT if writes and (room or self.source != self.master) else 0
         stdin = select.POLLIN if len(self._to_program) < INPUT_LIMIT else 0
         out = select.POLLOUT if self._to_terminal else 0
-        if (master, stdin, out) == self._watching:
+        if (self.source, source | typing, stdin, out) == self._watching:
             return
-        self._watching = (master, stdin, out)
-        masks = {self.ctl: select.POLLIN, self.master: master, self.stdin: stdin, self.out: 0}
+        self._watching = (self.source, source | typing, stdin, out)
+        masks = {self.ctl: select.POLLIN, self.stdin: stdin, self.out: 0}
+        for fd in self._masks:
+            masks.setdefault(fd, 0)  # one no longer read (a feed that ended)
+        if self.master is not None:
+            masks[self.master] = typing
+        if self.source is not None:
+            masks[self.source] = masks.get(self.source, 0) | source
         masks[self.out] |= out  # out may be stdin's fd (a shared description)
         for fd, mask in masks.items():
             if self._masks.get(fd, 0) == mask:
@@ -313,16 +235,29 @@ class _Copy:
     def _read_ctl(self) -> bool:
         """True to stop. A NOTE's lines go to the terminal after what the
         program wrote so far (never inside it), and are not recorded as
-        shown: they are not the program's."""
+        shown: they are not the program's. GIVE_BACK: the master is read no
+        more (said on ``told``); FEED: the feed handed over is read now."""
         try:
             said = os.read(self.ctl, 64)
         except (BlockingIOError, InterruptedError):
             return False
-        if not said or said.strip(NOTE):
+        if not said or said.strip(NOTE + GIVE_BACK + FEED + SIZED):
             return True
-        while self.notes:
-            self._to_terminal += self.notes.popleft()
-        self._write_terminal()  # a terminal gone is found by the next poll
+        if SIZED in said and self.sharing is not None:
+            self.sharing.sizing = False
+            self._write_program()
+        if NOTE in said:
+            while self.notes:
+                self._to_terminal += self.notes.popleft()
+            self._write_terminal()  # a terminal gone is found by the next poll
+        if GIVE_BACK in said and self.sharing is not None:
+            if self.source == self.master:
+                self.source = None
+            os.write(self.sharing.told, STOPPED_READING)
+        if FEED in said and self.sharing is not None:
+            while self.sharing.feeds:
+                self.source = self.sharing.feeds.popleft()
+                os.set_blocking(self.source, False)
         return False
 
     def _timeout_ms(self) -> int | None:
@@ -333,8 +268,18 @@ class _Copy:
         return 0 if left <= 0 else int(left * 1000) + 1
 
     def _read_program(self) -> bool:
-        """Read the PTY; True at its end."""
-        data, ended = _read_batch(self.master)
+        """Read the PTY (or the feed); True at its end. The end of a feed
+        is the cue to read the master again (not the session's end: the
+        daemon ends the feed after the last byte it read for it)."""
+        assert self.source is not None
+        data, ended = _read_batch(self.source)
+        if ended and self.source != self.master:
+            os.close(self.source)
+            self.source = self.master
+            if self.master is not None and self.sharing is not None:
+                self.sharing.reading_again()
+                os.write(self.sharing.told, READING_AGAIN)
+            ended = self.source is None
         data = self.screen.live(data) if data else data
         if data:
             behind = bool(self._to_terminal)
@@ -362,6 +307,15 @@ class _Copy:
 
     def _write_program(self) -> None:
         if not self._to_program:
+            return
+        if self.master is None:  # only watching: what is typed goes nowhere
+            self._to_program.clear()
+            return
+        if self.sharing is not None and self.sharing.tell_typing:
+            self.sharing.tell_typing = False
+            self.sharing.sizing = True
+            os.write(self.sharing.told, TYPED)
+        if self.sharing is not None and self.sharing.sizing:
             return
         try:
             n = os.write(self.master, self._to_program)
@@ -400,45 +354,36 @@ class _Copy:
 
 
 def proxy(
-    master: int,
+    master: int | None,
     stdin: int,
     screen: Screen,
     ctl: int,
     detach_key: bytes | None,
     answers: AnswerFilter | None = None,
     notes: collections.deque[bytes] | None = None,
+    sharing: Sharing | None = None,
 ) -> str:
     """Copy master -> terminal and terminal -> master until detach, EOF or
     ``ctl``. What is read from the master is recorded in ``screen`` as it is
     read; on return it has all been written to the terminal (unless that is
     gone). ``answers``: the filter for the terminal's answers to a replay.
     ``notes``: lines for the person, shown when ``ctl`` says NOTE.
+    ``sharing``: the session may have other holders; output then comes on
+    a feed while they do (``master`` None: only watching).
 
     Returns one of DETACH, EOF, TERMINAL_GONE, STOPPED.
     """
-    os.set_blocking(master, False)  # the flag is shared with the daemon
+    if master is not None:
+        os.set_blocking(master, False)  # the flag is shared with the daemon
+    if sharing is not None and sharing.feed is not None:
+        os.set_blocking(sharing.feed, False)  # the pipe's read end is ours alone
     out, let_go = _terminal_output(screen.fd)
     try:
-        copy = _Copy(master, stdin, out, ctl, detach_key, screen, answers, notes)
+        copy = _Copy(master, stdin, out, ctl, detach_key, screen, answers, notes, sharing)
         reason = copy.run()
         copy.finish(reason)
+        if copy.source is not None and copy.source != master:
+            os.close(copy.source)  # the feed
     finally:
         let_go()
     return reason
-
-
-@contextlib.contextmanager
-def raw_terminal(fd: int) -> Iterator[None]:
-    """Raw mode for the attached session; the saved modes come back on the
-    way out, whatever happens (short of SIGKILL). A relayed terminal is
-    raw already, on the other side (``_relay``)."""
-    if not real_tty(fd):
-        yield
-        return
-    saved = termios.tcgetattr(fd)
-    try:
-        tty.setraw(fd, termios.TCSANOW)
-        yield
-    finally:
-        with contextlib.suppress(termios.error):
-            termios.tcsetattr(fd, termios.TCSAFLUSH, saved)

@@ -1,6 +1,7 @@
-"""``multiserver attach NAME``: this terminal attached to a session, taken
-from any client that holds it, until detach; ``HOST:NAME``, a session of
-another host, through ssh. A session whose program ended while nobody
+"""``multiserver attach NAME``: this terminal attached to a session, beside
+the other terminals that hold it (``-r``: only watching; ``-d``: taken
+over from them), until detach; ``HOST:NAME``, a session of another host,
+through ssh. A session whose program ended while nobody
 watched, its daemon gone since, is shown once from the store, then
 forgotten. ``new`` attaches with this command's code too."""
 
@@ -37,6 +38,7 @@ SETTINGS = {
 
 def add_arguments(p: ArgumentParser) -> None:
     _args.detach_options(p)
+    _args.share_options(p, "-d", "--takeover")
     # `attach HOST:NAME` runs `attach --relay NAME` there: the terminal is
     # relayed over ssh's stdin and stdout, not a PTY of sshd's (attach/_relay).
     p.add_argument("--relay", action="store_true", help=argparse.SUPPRESS)
@@ -93,7 +95,7 @@ def _run(args: Namespace) -> int:
             if there is not None:
                 client, ref = there
                 client.deadline = deadline()  # a command's bound, past the scan's
-                (result,) = _claim(client, ref.child_id, name)
+                (result,) = _claim(args, client, ref.child_id, name)
                 if result.error is None:
                     return _claimed(args, client, name, result, saved)
         resolution = lookup(name, number, "attach", saved, own_daemon=False)
@@ -109,12 +111,12 @@ def _show_saved_end(store: ArrangementStore | None, leaf: SessionLeaf) -> int:
     been seen."""
     from multiserver import describe_exit, exit_status
     from multiserver_cli import _state
-    from multiserver_cli.attach import _proxy
+    from multiserver_cli.attach import _screen
     from multiserver_cli.attach._tty import say
 
     assert leaf.exit_code is not None
     replay = (leaf.notice or b"") + (leaf.scrollback or b"")
-    _proxy.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
+    _screen.show_exited(sys.stdin.fileno(), sys.stdout.fileno(), replay)
     if _state.stage_close_named(store, leaf.name) is not None:
         _state.finish_pending_closes(store)
     say(f"[{leaf.name} {describe_exit(leaf.exit_code)}]", not replay or replay.endswith(b"\n"))
@@ -135,19 +137,39 @@ def attach_found(args: Namespace, found: Located, saved: Saved) -> int:
         bounded("attach"),
         dial(found.socket, children=False, deadline=deadline()) as client,
     ):
-        (result,) = _claim(client, found.child.id, name)
+        (result,) = _claim(args, client, found.child.id, name)
         if result.error is not None:
             raise CliError(f"cannot attach to {name}: {result.error.message}")
         return _claimed(args, client, name, result, saved)
 
 
-def _claim(client: SyncClient, child_id: int, name: str) -> list[ClaimResult]:
-    """Claim the child for this terminal, from whoever holds it.
+def _claim(args: Namespace, client: SyncClient, child_id: int, name: str) -> list[ClaimResult]:
+    """Claim the child for this terminal: beside whoever holds it (their
+    reader gives reading back first), only watching (``--read-only``), or
+    taken from them (``--takeover``, and with a daemon too old to share).
     keep_output: if this client dies before it releases, the daemon still
     has the output it was about to show."""
-    from multiserver_cli._sessions import bounded
+    import errno
 
+    from multiserver import DaemonTooOld, RequestFailed
+    from multiserver_cli._sessions import bounded
+    from multiserver_cli._state import warn
+
+    read_only, takeover = getattr(args, "read_only", False), getattr(args, "takeover", False)
     with bounded("attach"):
+        if not takeover:
+            try:
+                return client.claim(
+                    [child_id], steal=True, keep_output=True, join=True, read_only=read_only
+                )
+            except RequestFailed as exc:
+                # A daemon, or a holder, that cannot share: taken over, as
+                # attach always did, and said so; a watcher cannot watch.
+                unshared = isinstance(exc, DaemonTooOld) or exc.errno == errno.EBUSY
+                if read_only or not unshared:
+                    verb = "watch" if read_only else "attach to"
+                    raise CliError(f"cannot {verb} {name}: {exc.message}") from None
+                warn(f"{exc.message}: taking it over (attach -d)")
         return client.claim([child_id], steal=True, keep_output=True)
 
 
@@ -172,22 +194,27 @@ def _claimed(
             + replay
         )
     with bounded("attach"):
-        if result.master is None:
+        if result.master is None and result.feed is None:
             return _attached.attach_exited(client, child, replay, say, _closer(saved))
-        return attach_held(args, client, child, result.master, replay, saved, notice)
+        return attach_held(
+            args, client, child, result.master, replay, saved, notice, feed=result.feed
+        )
 
 
 def attach_held(
     args: Namespace,
     client: SyncClient,
     child: ChildInfo,
-    master: int,
+    master: int | None,
     replay: bytes,
     saved: Saved,
     notice: bytes = b"",
+    *,
+    feed: int | None = None,
 ) -> int:
     """Be the terminal of ``child``, whose ``master`` this client holds
-    (``_attached.run_attached``): its close kept in ``saved``'s store
+    (None: only watching; with ``feed``, beside other clients:
+    ``_attached.run_attached``): its close kept in ``saved``'s store
     (opened when first written), what it shows in its output file (a
     relaunch's ``notice`` first: shown now, it lives on past the next
     reboot), and, in a tmux pane or a kitty window, the layout saved with
@@ -198,7 +225,9 @@ def attach_held(
     from multiserver_cli.attach._tty import say
 
     _pane.track_pane(child.name)
-    keeper = ScreenKeeper.for_child(client.instance_id, child.id, master)
+    keeper = (
+        None if master is None else ScreenKeeper.for_child(client.instance_id, child.id, master)
+    )
     if keeper is not None and notice:
         keeper.shown_notice(notice)
     return _attached.run_attached(
@@ -211,6 +240,7 @@ def attach_held(
         say=say,
         close_exited=_closer(saved),
         keeper=keeper,
+        feed=feed,
     )
 
 

@@ -67,7 +67,7 @@ def run(args: Namespace) -> int:
     host, name = split_target(args.name)
     if host is not None:
         return _capture_there(host, name, args)
-    from multiserver import PeekResult, capture, describe_exit, held_output
+    from multiserver import PeekResult, capture, describe_exit
     from multiserver_cli import _saved
     from multiserver_cli._dial import dial
     from multiserver_cli._sessions import bounded, deadline, live_or_fail, lookup
@@ -80,16 +80,14 @@ def run(args: Namespace) -> int:
         bounded(NAME),
         dial(found.socket, children=False, deadline=deadline()) as client,
     ):
-        peeked = client.peek(found.child.id)
+        peeked = client.shown(found.child.id)  # a holder's screen asked of it
     child = peeked.child
     if child.exit_code is not None:
         raise CliError(
             f"{found.child.name} {describe_exit(child.exit_code)}: no screen to capture"
             f" (multiserver peek {found.child.name} prints its output)"
         )
-    if child.held:  # the holder has it; it has shown the notice too
-        peeked = held_output(peeked, found.instance_id)
-    elif notice:
+    if not child.held and notice:  # a holder has shown it already
         peeked = PeekResult(child, notice + peeked.output, peeked.dropped)
     _show(capture(peeked, history=args.history, styled=args.styled), args.json)
     return 0

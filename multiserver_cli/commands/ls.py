@@ -172,13 +172,16 @@ def _waiting(s: Session, records: dict[tuple[str, int], int]) -> tuple[int, int]
 def _session_row(s: Session, waiting: tuple[int, int] | None) -> ListedSession:
     """A live session for ``ls --json``: its child (argv and cwd escaped
     as ``ls`` shows them: caf\\xe9), its daemon, whether a saved session
-    refers to it, what it wrote since its last detach (0 while held)."""
+    refers to it, how many clients hold it and watch it, what it wrote
+    since its last detach (0 while held)."""
     from multiserver.internal import escaped
+    from multiserver_cli._format import holding
     from restore import ListedSession
 
     child = s.child
     assert child is not None
     waiting_bytes, waiting_dropped = waiting or (0, 0)
+    holders, watchers = holding(child)
     return ListedSession(
         name=child.name,
         id=child.id,
@@ -189,6 +192,8 @@ def _session_row(s: Session, waiting: tuple[int, int] | None) -> ListedSession:
         cwd=escaped(child.cwd),
         tty=child.tty,
         held=child.held,
+        holders=holders,
+        watchers=watchers,
         buffered_bytes=child.buffered_bytes,
         dropped_bytes=child.dropped_bytes,
         started_at=child.started_at,
@@ -273,6 +278,8 @@ def _saved_row(leaf: SessionLeaf, detail: str) -> ListedSession:
         cwd=escaped(leaf.cwd),
         tty=None,
         held=False,
+        holders=0,
+        watchers=0,
         buffered_bytes=kept,
         dropped_bytes=0,
         started_at=leaf.created_at or None,

@@ -76,6 +76,7 @@ def add_arguments(p: ArgumentParser) -> None:
     p.add_argument("--relaunch", metavar="WHY", help=argparse.SUPPRESS)
     _args.env_options(p)
     _args.detach_options(p)
+    _args.share_options(p, "--takeover")  # with -A: how to attach to the session that exists
     p.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -195,6 +196,7 @@ def _create(args: Namespace, plan: Create, view: Survey, saved: Saved) -> int:
             cols=size[1],
             linger=args.linger,
             hold=not args.detach,
+            share=True,  # attach_held gives reading back when another joins
         )
         screen = _saved_screen(saved, plan.name) if args.relaunch is not None else None
         _saved.record_new(

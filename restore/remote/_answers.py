@@ -67,6 +67,8 @@ def listed_child(row: ListedSession, name: str) -> ChildInfo:
         state="exited" if row.state == "exited" else "running",
         exit_code=row.exit_code,
         held=row.held,
+        holders=row.holders,
+        watchers=row.watchers,
         buffered_bytes=row.buffered_bytes,
         dropped_bytes=row.dropped_bytes,
         started_at=row.started_at,

@@ -22,10 +22,23 @@ Each object says the version of its fields in ``schema``:
   reads a newer host's listing of the same version, and this one reads
   theirs.
 
+``holders`` and ``watchers`` (how many clients hold a session, how many of
+those only watch: protocol 9's sharing) came that way, in version 1: they
+say more of what ``held`` says and change nothing of it (``held`` is still
+"a client holds it", now one or more: what a restore or an adopter decides
+on it, leaving a held session alone, is as right as before), so a reader
+that passes over them reads every other field right, and no reader of
+version 1 would misread a row that has them. A version 2 would only have
+made every older multiserver refuse a newer host's whole listing for two
+counts it can do without. A host from before them leaves them out
+(``LATER``); they are read as what ``held`` says: one holder, none
+watching, or none at all.
+
 The reader is strict about what it does know: every field of the version
 present, of its JSON type exactly (``"5"`` is not 5, ``true`` is not 1, no
-``NaN``), a live session's own fields (``LIVE``) not null. Anything else
-is a ``ListingError``, one line that names the row and the field.
+``NaN``), a live session's own fields (``LIVE``) not null, ``holders``
+agreeing with ``held``. Anything else is a ``ListingError``, one line
+that names the row and the field.
 """
 
 from __future__ import annotations
@@ -62,7 +75,11 @@ class ListedSession:
     argv: tuple[str, ...]  # bytes that are not UTF-8 escaped (caf\xe9), as `ls` shows them
     cwd: str  # escaped likewise
     tty: str | None
-    held: bool
+    held: bool  # one client or more holds it
+    # How many clients hold it (0: none; 1 or more: ``held``), and how many
+    # of those only watch. Not written by a host before sharing (``LATER``).
+    holders: int
+    watchers: int
     buffered_bytes: int
     dropped_bytes: int
     started_at: float | None  # unix time
@@ -93,6 +110,8 @@ FIELDS: dict[str, tuple[str, bool]] = {
     "cwd": ("string", False),
     "tty": ("string", True),
     "held": ("boolean", False),
+    "holders": ("count", False),
+    "watchers": ("count", False),
     "buffered_bytes": ("count", False),
     "dropped_bytes": ("count", False),
     "started_at": ("number", True),
@@ -110,13 +129,16 @@ FIELDS: dict[str, tuple[str, bool]] = {
 OPTIONAL = ("detail", "late_of", "host")
 # Missing from some version-0 objects (an older host's), read as these.
 SINCE_1 = {"saved": False, "waiting_bytes": 0, "waiting_dropped_bytes": 0}
+# Added to version 1 after it was first written: a host from before them
+# leaves them out, and they are read from ``held`` (``_later``).
+LATER = ("holders", "watchers")
 # Null only in a saved session's object (``id`` null): a live one has them.
 LIVE = ("pid", "tty", "started_at", "socket", "daemon_instance")
 
 
 def listing_json(rows: list[ListedSession]) -> list[dict[str, object]]:
     """The listing as JSON values: an object a row, ``schema`` first, the
-    ``OPTIONAL`` fields only where set."""
+    ``OPTIONAL`` fields only where set (``LATER``'s always)."""
     out = []
     for row in rows:
         obj: dict[str, object] = {"schema": SCHEMA}
@@ -173,6 +195,8 @@ def _row(i: int, obj: object) -> ListedSession:
             if version == 0 and field in SINCE_1:
                 values[field] = SINCE_1[field]
                 continue
+            if field in LATER:
+                continue  # read from held, once that is read (``_later``)
             raise ListingError(f"{where}: no {field}")
         value = obj[field]
         if not (value is None and nullable) and not _is(kind, value):
@@ -186,7 +210,24 @@ def _row(i: int, obj: object) -> ListedSession:
     for field in ("started_at", "exited_at", "linger"):
         if type(values[field]) is int:
             values[field] = float(values[field])  # type: ignore[arg-type]
+    _later(where, values)
     return ListedSession(**values)  # type: ignore[arg-type]
+
+
+def _later(where: str, values: dict[str, object]) -> None:
+    """``holders`` and ``watchers`` of a row: as given, which must agree
+    with ``held`` (holders 0 exactly when not held; watchers among the
+    holders); left out by a host from before them, what ``held`` says: one
+    holder (before sharing, a session had one at most) or none, none
+    watching."""
+    held = values["held"]
+    holders = values.setdefault("holders", 1 if held else 0)
+    watchers = values.setdefault("watchers", 0)
+    assert type(holders) is int and type(watchers) is int
+    if (holders > 0) != held:
+        raise ListingError(f"{where}: holders is {holders}, but held is {_shown(held)}")
+    if watchers > holders:
+        raise ListingError(f"{where}: watchers is {watchers}, more than its {holders} holders")
 
 
 _INFINITY = float("inf")

@@ -42,6 +42,7 @@ from tests.conftest import (
     POLL_INTERVAL,
     MsDirs,
     is_alive,
+    stop_daemon_sync,
     wait_until_sync,
 )
 from tests.procs import cmdlines
@@ -537,3 +538,34 @@ async def write_fifo(path: Path, data: bytes = b"\n", timeout: float = SCREEN_TI
         finally:
             os.close(fd)
         return
+
+
+@contextlib.asynccontextmanager
+async def older_daemon(ms_dirs: MsDirs, version: int) -> AsyncIterator[None]:
+    """This code's daemon, speaking protocol 2..``version`` (the version is
+    only ever read in the handshake), in the foreground at ``ms_dirs``'s
+    socket for the length of the block, then stopped by its pid."""
+    code = (
+        "import multiserver.daemon._core as core\n"
+        f"core.PROTOCOL_VERSION = {version}\n"
+        "from multiserver_cli.main import main\n"
+        'main(["daemon", "--foreground"])\n'
+    )
+    old = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=person_env(ms_dirs),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+    )
+    try:
+        assert old.stdout is not None
+        ready = await trio.to_thread.run_sync(old.stdout.readline)  # the socket, once it listens
+        assert ready.strip() == str(ms_dirs.paths.socket).encode()
+        yield
+    finally:
+        if is_alive(old.pid):
+            stop_daemon_sync(old.pid)
+        old.wait(timeout=10)
+        if old.stdout is not None:
+            old.stdout.close()

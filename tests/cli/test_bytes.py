@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,12 @@ import trio
 import multiserver_cli.main as main_module
 from multiserver_cli._sessions import CliError
 from multiserver_cli.commands import ls as ls_command
-from tests.cli.conftest import MULTISERVER, person_env
+from tests.cli.conftest import MULTISERVER, older_daemon, person_env
 from tests.conftest import (
     MsDirs,
     daemon_pids_for,
-    is_alive,
     is_dead,
     kill_group_and_pid,
-    stop_daemon_sync,
     wait_until,
 )
 
@@ -135,29 +132,9 @@ async def test_errors_that_quote_such_bytes_are_one_escaped_line(ms_dirs: MsDirs
     )
 
 
-# A daemon of protocol version 4: this one, speaking 2..4 (the version is
-# only ever read in the handshake).
-OLD_DAEMON = """
-import multiserver.daemon._core as core
-core.PROTOCOL_VERSION = 4
-from multiserver_cli.main import main
-main(["daemon", "--foreground"])
-"""
-
-
 async def test_a_version_4_daemon_gets_one_plain_line_not_a_traceback(ms_dirs: MsDirs) -> None:
     env = latin_env(ms_dirs)
-    old = subprocess.Popen(
-        [sys.executable, "-c", OLD_DAEMON],
-        env=person_env(ms_dirs),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-    )
-    try:
-        assert old.stdout is not None
-        ready = await trio.to_thread.run_sync(old.stdout.readline)  # the socket, once it listens
-        assert ready.strip() == str(ms_dirs.paths.socket).encode()
+    async with older_daemon(ms_dirs, 4):
         refused = await run(ms_dirs, "new", "-d", "--", "sh", "-c", SCRIPT, ARG)
         assert (refused.returncode, refused.stderr) == (
             1,
@@ -170,12 +147,6 @@ async def test_a_version_4_daemon_gets_one_plain_line_not_a_traceback(ms_dirs: M
         plain = await run(ms_dirs, "new", "-d", "-n", "plain", "--", "sh", "-c", SCRIPT, "ü")
         assert (plain.returncode, plain.stdout) == (0, b"plain\n"), plain.stderr
         assert (await ls_json(ms_dirs))["plain"]["argv"][-1] == "ü"
-    finally:
-        if is_alive(old.pid):
-            stop_daemon_sync(old.pid)
-        old.wait(timeout=10)
-        if old.stdout is not None:
-            old.stdout.close()
 
 
 def test_the_error_printer_shows_such_bytes_escaped(

@@ -369,14 +369,14 @@ async def test_detach_key_can_be_changed_or_disabled(ms_dirs: MsDirs, open_termi
     assert "[k exited with code 0]" in screen
 
 
-async def test_attaching_from_a_second_terminal_takes_the_session_over(
+async def test_attach_d_from_a_second_terminal_takes_the_session_over(
     ms_dirs: MsDirs, open_terminal
 ) -> None:
     t1 = open_terminal(name="first window")
     await start_in_window(t1, f"multiserver new -n main -- {INNER_SH}")
     t2 = open_terminal(name="second window")
     await t2.wait_prompt()
-    t2.line('saved=$(stty -g); multiserver attach main; echo "st=$?"')
+    t2.line('saved=$(stty -g); multiserver attach -d main; echo "st=$?"')
     screen = await t1.wait_screen(status_line(0))
     assert "[main attached elsewhere]" in screen
     await t1.wait_prompt(count=2)

@@ -219,7 +219,7 @@ async def test_taken_over_the_first_terminal_is_given_back(
     await ms(ms_dirs, "new", "-d", "-n", "vi1", "--", "vim")
     await wait_session(ms_dirs, "vi1", lambda s: s and s.buffered_bytes > 0, "drawn")
     await attach(tmux, "vi1", "~")
-    other = open_terminal([MULTISERVER, "attach", "vi1"], name="another window")
+    other = open_terminal([MULTISERVER, "attach", "-d", "vi1"], name="another window")
     await other.wait_raw_mode()
     await assert_given_back(tmux, "[vi1 attached elsewhere]", "multiserver attach vi1")
 

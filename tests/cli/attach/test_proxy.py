@@ -22,15 +22,8 @@ import pytest
 
 from multiserver.terminal._buffer import OutputBuffer
 from multiserver_cli.attach._keys import parse_key
-from multiserver_cli.attach._proxy import (
-    DETACH,
-    STOP,
-    STOPPED,
-    Screen,
-    _terminal_output,
-    attached_terminal,
-    proxy,
-)
+from multiserver_cli.attach._proxy import DETACH, STOP, STOPPED, _terminal_output, proxy
+from multiserver_cli.attach._screen import Screen, attached_terminal
 from tests.conftest import wait_until_sync
 
 

@@ -95,7 +95,7 @@ def relayed_attach(ms_dirs: MsDirs, stdout: int, stderr: int) -> subprocess.Pope
     """``attach --relay`` to the session ``web``, as ssh runs it: its input a
     pipe the test writes the relay's stream to; no detach key, no redraw."""
     return subprocess.Popen(
-        [MULTISERVER, "attach", "--relay", "-E", "-r", "none", "web"],
+        [MULTISERVER, "attach", "--relay", "-E", "--redraw", "none", "web"],
         stdin=subprocess.PIPE,
         stdout=stdout,
         stderr=stderr,
@@ -164,7 +164,7 @@ async def test_a_relay_that_ends_or_breaks_later_lets_the_session_go(
 ) -> None:
     run_ms(ms_dirs, "new", "-d", "-n", "web", "--", "sh")
     sent = encode_size(24, 80) + b"echo typed-through-the-relay\r" + end
-    done = run_ms(ms_dirs, "attach", "--relay", "-r", "none", "web", check=False, input=sent)
+    done = run_ms(ms_dirs, "attach", "--relay", "--redraw", "none", "web", check=False, input=sent)
     # The relayed terminal went away: the session is let go, as at a hangup;
     # an input that broke the rules is said (the output still goes there).
     assert done.returncode == 1, done.stderr

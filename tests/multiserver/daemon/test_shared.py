@@ -14,12 +14,14 @@ import pytest
 import trio
 
 from multiserver import (
+    ChildTaken,
     ClaimResult,
     Client,
     ConnectionClosed,
     GiveBack,
     RequestFailed,
     SessionEvent,
+    Skipped,
     open_client,
 )
 from multiserver.system._platform import get_winsize
@@ -43,6 +45,20 @@ async def give_back_when_asked(client: Client, child_id: int, shown: bytes = b""
     raise AssertionError("notices ended")
 
 
+async def join_beside(reader: Client, joiner: Client, child: int) -> tuple[ClaimResult, int]:
+    """``joiner`` joins ``child``, which ``reader`` reads; ``reader``
+    gives reading back when asked: (the join's result, the reader's feed)."""
+    fed: list[int] = []
+    async with trio.open_nursery() as nursery:
+
+        async def answer() -> None:
+            fed.append(await give_back_when_asked(reader, child))
+
+        nursery.start_soon(answer)
+        (joined,) = await joiner.claim([child], join=True)
+    return joined, fed[0]
+
+
 async def test_two_typing_clients_and_a_watcher_see_every_byte(daemon: RunningDaemon) -> None:
     async with (
         open_client(daemon.paths) as a,
@@ -51,18 +67,11 @@ async def test_two_typing_clients_and_a_watcher_see_every_byte(daemon: RunningDa
         open_client(daemon.paths) as watcher,
     ):
         await watcher.watch()
-        launched = await a.launch(["cat"], name="shared", rows=30, cols=100)
+        launched = await a.launch(["cat"], name="shared", rows=30, cols=100, share=True)
         child, master_a = launched.child.id, launched.master
         assert master_a is not None
-        async with trio.open_nursery() as nursery:
-            fed: list[int] = []
-
-            async def answer() -> None:
-                fed.append(await give_back_when_asked(a, child))
-
-            nursery.start_soon(answer)
-            (joined,) = await b.claim([child], join=True)
-        (feed_a,) = fed
+        joined, fed = await join_beside(a, b, child)
+        feed_a = fed
         assert joined.error is None and joined.master is not None and joined.feed is not None
         assert joined.child is not None and joined.child.holders == 2
         (watching,) = await c.claim([child], read_only=True)
@@ -119,17 +128,10 @@ async def test_a_watcher_cannot_be_joined_by_an_old_way_and_never_sizes(
     """A watcher's size never counts; by the default policy the session
     takes the size of the holder that resized (or typed) last."""
     async with open_client(daemon.paths) as a, open_client(daemon.paths) as b:
-        launched = await a.launch(["cat"], name="sized", rows=30, cols=100)
+        launched = await a.launch(["cat"], name="sized", rows=30, cols=100, share=True)
         child, master = launched.child.id, launched.master
         assert master is not None
-        async with trio.open_nursery() as nursery:
-            fed: list[int] = []
-
-            async def answer() -> None:
-                fed.append(await give_back_when_asked(a, child))
-
-            nursery.start_soon(answer)
-            (joined,) = await b.claim([child], join=True)
+        joined, fed = await join_beside(a, b, child)
         assert joined.master is not None and joined.feed is not None
         await a.resize(child, 40, 120)
         assert get_winsize(master) == (40, 120)
@@ -145,7 +147,7 @@ async def test_a_watcher_cannot_be_joined_by_an_old_way_and_never_sizes(
         # A second join of the same client is refused in one line.
         with pytest.raises(RequestFailed, match="holds session sized already"):
             await b.claim([child], join=True)
-        for fd in (master, joined.master, joined.feed, *fed):
+        for fd in (master, joined.master, joined.feed, fed):
             close_fd(fd)
 
 
@@ -155,17 +157,10 @@ async def test_the_smallest_size_policy(
     monkeypatch.setenv("MULTISERVER_SHARE_SIZE", "smallest")
     daemon = await start_daemon()
     async with open_client(daemon.paths) as a, open_client(daemon.paths) as b:
-        launched = await a.launch(["cat"], name="small", rows=30, cols=100)
+        launched = await a.launch(["cat"], name="small", rows=30, cols=100, share=True)
         child, master = launched.child.id, launched.master
         assert master is not None
-        async with trio.open_nursery() as nursery:
-            fed: list[int] = []
-
-            async def answer() -> None:
-                fed.append(await give_back_when_asked(a, child))
-
-            nursery.start_soon(answer)
-            (joined,) = await b.claim([child], join=True)
+        joined, fed = await join_beside(a, b, child)
         await a.resize(child, 40, 80)
         await b.resize(child, 50, 60)
         assert get_winsize(master) == (40, 60)
@@ -174,7 +169,7 @@ async def test_the_smallest_size_policy(
         await b.release([child])  # alone: its own size
         await a.resize(child, 45, 200)
         assert get_winsize(master) == (45, 200)
-        for fd in (master, joined.master, joined.feed, *fed):
+        for fd in (master, joined.master, joined.feed, fed):
             close_fd(fd)
 
 
@@ -182,7 +177,7 @@ async def test_a_reader_that_never_gives_back_is_disconnected(daemon: RunningDae
     """The join waits at most HANDBACK_TIMEOUT (5 s) for a reader that
     does not answer; then it is cut off, and the join is served."""
     async with open_client(daemon.paths) as a, open_client(daemon.paths) as b:
-        launched = await a.launch(["cat"], name="deaf")
+        launched = await a.launch(["cat"], name="deaf", share=True)
         child, master = launched.child.id, launched.master
         with trio.fail_after(10):
             (joined,) = await b.claim([child], join=True)
@@ -202,7 +197,7 @@ async def test_no_byte_is_lost_doubled_or_reordered_through_many_switches(
     each joiner's feed starts where the reader stopped."""
     switches = 1000
     async with open_client(daemon.paths) as a, open_client(daemon.paths) as b:
-        launched = await a.launch([sys.executable, "-c", COUNTER], name="flood")
+        launched = await a.launch([sys.executable, "-c", COUNTER], name="flood", share=True)
         child, master = launched.child.id, launched.master
         assert master is not None
         os.set_blocking(master, False)
@@ -266,3 +261,72 @@ async def test_no_byte_is_lost_doubled_or_reordered_through_many_switches(
         whole, rest = divmod(len(got), 10)
         assert bytes(got[: whole * 10]) == b"".join(line(i) for i in range(whole))
         assert bytes(got[whole * 10 :]) == line(whole)[:rest]
+
+
+async def test_a_watcher_that_stops_reading_slows_nobody(daemon: RunningDaemon) -> None:
+    """A watcher that reads nothing: the typing holder still gets all of a
+    flood, whole and in order, the program runs to its end meanwhile (it
+    waits at most LAG_WAIT for the watcher each time), and the watcher,
+    once it reads again, is told what it missed and gets a redraw."""
+    lines = 400_000  # 4 MB: four times what a feed holds
+    program = f"import os\nfor i in range(0, {lines}, 1000):\n    os.write(1, b''.join(b'%08d\\n' % k for k in range(i, i + 1000)))\nimport time\ntime.sleep(1000)\n"
+    async with open_client(daemon.paths) as a, open_client(daemon.paths) as c:
+        launched = await a.launch([sys.executable, "-c", program], name="flood", share=True)
+        child, master = launched.child.id, launched.master
+        assert master is not None
+        async with trio.open_nursery() as nursery:
+            fed: list[int] = []
+
+            async def answer() -> None:
+                fed.append(await give_back_when_asked(a, child))
+
+            nursery.start_soon(answer)
+            (watching,) = await c.claim([child], read_only=True)
+        assert watching.feed is not None and not watching.output
+        feed = fed[0]
+        os.set_blocking(feed, False)
+        got = bytearray()
+        with trio.fail_after(30):
+            while len(got) < lines * 10:
+                try:
+                    got.extend(os.read(feed, 1 << 20))
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(feed)
+        assert bytes(got) == b"".join(line(i) for i in range(lines))
+        # The watcher reads again: all it can, then it is told it skipped.
+        os.set_blocking(watching.feed, False)
+        seen = bytearray()
+        with trio.fail_after(10):
+            async for notice in c.notices:
+                while True:
+                    try:
+                        seen.extend(os.read(watching.feed, 1 << 20))
+                    except BlockingIOError:
+                        break
+                if isinstance(notice, Skipped):
+                    break
+        assert 0 < notice.missed < lines * 10
+        assert seen.startswith(line(0)) and b"\x1b[H\x1b[2J" in seen
+        for fd in (master, feed, watching.feed):
+            close_fd(fd)
+
+
+async def test_a_holder_that_does_not_share_is_never_asked(daemon: RunningDaemon) -> None:
+    """A client that took a session without saying it shares (a launch
+    without ``share``, a claim without ``join``: any client written before
+    sharing) is never sent GiveBack: a join is refused in one line, and a
+    takeover takes it as before."""
+    async with open_client(daemon.paths) as a, open_client(daemon.paths) as b:
+        launched = await a.launch(["cat"], name="mine")
+        with pytest.raises(RequestFailed, match="held by a client that does not share it") as err:
+            await b.claim([launched.child.id], join=True)
+        assert err.value.errno == errno.EBUSY
+        with pytest.raises(RequestFailed, match="does not share"):
+            await b.claim([launched.child.id], read_only=True)
+        (taken,) = await b.claim([launched.child.id], steal=True)
+        assert taken.master is not None and taken.feed is None
+        with trio.fail_after(5):
+            notice = await a.notices.receive()
+        assert isinstance(notice, ChildTaken) and notice.id == launched.child.id
+        for fd in (launched.master, taken.master):
+            close_fd(fd)

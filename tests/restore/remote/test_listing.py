@@ -15,6 +15,7 @@ from hypothesis import given, strategies as st
 
 from restore.remote._listing import (
     FIELDS,
+    LATER,
     LIVE,
     OPTIONAL,
     SCHEMA,
@@ -86,6 +87,7 @@ def listed_sessions(draw: st.DrawFn) -> ListedSession:
     (its live fields null, or some of them: a saved one may know its
     socket)."""
     live = draw(st.booleans())
+    holders = draw(st.integers(0, 5))
 
     def live_field(strategy: st.SearchStrategy[object]) -> object:
         return draw(strategy) if live else draw(st.none() | strategy)
@@ -99,7 +101,9 @@ def listed_sessions(draw: st.DrawFn) -> ListedSession:
         argv=tuple(draw(st.lists(_text, max_size=4))),
         cwd=draw(_text),
         tty=live_field(_text),  # type: ignore[arg-type]
-        held=draw(st.booleans()),
+        held=holders > 0,
+        holders=holders,
+        watchers=draw(st.integers(0, holders)),
         buffered_bytes=draw(_count),
         dropped_bytes=draw(_count),
         started_at=live_field(_time),  # type: ignore[arg-type]
@@ -184,6 +188,31 @@ def test_version_0_may_lack_what_came_later_and_version_1_may_not() -> None:
         read_listing(json.dumps([{**old, "schema": 1}]))
 
 
+def test_a_host_from_before_sharing_is_read_with_its_holders_from_held() -> None:
+    """Version 0 and version 1 as written before ``holders`` and
+    ``watchers``: held is one holder, none watching; not held, none."""
+    rows = read_listing(VERSION_0)
+    assert [(r.held, r.holders, r.watchers) for r in rows[:3]] == [
+        (False, 0, 0),
+        (True, 1, 0),
+        (False, 0, 0),
+    ]
+    version_1 = [{**obj, "schema": 1} for obj in json.loads(VERSION_0)]
+    assert not any(set(LATER) & obj.keys() for obj in version_1)
+    assert read_listing(json.dumps(version_1)) == rows
+    # Written again, they are there.
+    (late,) = listing_json([rows[1]])
+    assert (late["held"], late["holders"], late["watchers"]) == (True, 1, 0)
+    assert list(late)[list(late).index("held") :][:3] == ["held", "holders", "watchers"]
+
+
+def test_holders_and_watchers_are_read_as_given() -> None:
+    (row,) = read_listing(_one(held=True, holders=3, watchers=1))
+    assert (row.held, row.holders, row.watchers) == (True, 3, 1)
+    (row,) = read_listing(_one(held=True, holders=1, watchers=1))  # one watcher alone
+    assert (row.holders, row.watchers) == (1, 1)
+
+
 def test_fields_it_does_not_know_are_passed_over() -> None:
     """A newer host of the same version may say more (the minor rule)."""
     obj = {**json.loads(VERSION_0)[0], "schema": SCHEMA, "colour": "blue", "tags": [1, {}]}
@@ -239,6 +268,14 @@ def _one(**changes: object) -> str:
         (_one(cwd="\ud800"), 'cwd is "\\ud800", not a string'),
         (_one(held=0), "held is 0, not true or false"),
         (_one(held=None), "held is null, not true or false"),
+        (_one(holders=-1), 'row 0 ("one"): holders is -1, not a whole number (0 or more)'),
+        (_one(watchers="1"), 'watchers is "1", not a whole number (0 or more)'),
+        (_one(held=True, holders=0), 'row 0 ("one"): holders is 0, but held is true'),
+        (_one(held=False, holders=2), 'row 0 ("one"): holders is 2, but held is false'),
+        (
+            _one(held=True, holders=1, watchers=2),
+            'row 0 ("one"): watchers is 2, more than its 1 holders',
+        ),
         (_one(started_at="now"), 'started_at is "now", not a number or null'),
         (_one(buffered_bytes=_GONE), 'ls --json row 0 ("one"): no buffered_bytes'),
         (_one(pid=None), 'row 0 ("one"): pid is null, but a running session has one'),
@@ -316,5 +353,7 @@ def test_docs_remote_md_shows_every_field_with_its_type() -> None:
             shown += " or null"
         if name in OPTIONAL:
             shown += ", absent if none"
+        if name in LATER:
+            shown += ", absent from older hosts"
         want[name] = shown
     assert documented == want
