@@ -12,8 +12,8 @@ user's terminal: an outer 24x80 PTY, read with the fast reader of
 
 - raw PTY (the baseline): the program runs directly on the outer PTY.
 - multiserver: ``multiserver new -d`` starts the program; ``multiserver
-  attach -r none NAME`` runs on the outer PTY's slave as its controlling
-  terminal, and holds the session's PTY master itself.
+  attach --redraw none NAME`` runs on the outer PTY's slave as its
+  controlling terminal, and holds the session's PTY master itself.
 - floor for any attach client: the program on an inner PTY that this
   process opens, and ``cat`` (C, 128 KiB reads) copying its master to
   the outer PTY's slave (raw mode): the extra PTY hop with the cheapest
@@ -39,6 +39,13 @@ kworkers (the PTY's flush to the line discipline) is in nobody's figure.
 
 The reader's ceiling: the same reader and payload on a pipe fed by
 ``cat``. Rows with no figure say why (not installed).
+
+The number of clients is a parameter (``keeper_sample``): with several,
+each is attached on its own outer PTY, one after another, each read by a
+reader thread of its own (started before the trigger), and the time runs
+until every reader has the marker; every terminal's byte count is
+checked, and CPU counts every client and every reader (the ``shared``
+figure, issue 38). This figure has one client.
 """
 
 from __future__ import annotations
@@ -46,15 +53,19 @@ from __future__ import annotations
 import base64
 import errno
 import os
+import re
 import shutil
 import termios
+import threading
 import time
 import tty
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 
 from benchmarks.common import (
+    MEASURE_TIMEOUT,
     MIB,
     CpuMeter,
     Scratch,
@@ -74,7 +85,7 @@ from benchmarks.results import (
     paired_ratio,
     spread,
 )
-from benchmarks.terminal import SIZE, Keeper, Outer, keepers
+from benchmarks.terminal import SIZE, Keeper, Outer, ReaderQuiet, ReaderTimeout, keepers
 
 NAME = "attached"
 PAYLOAD = 32 * MIB
@@ -92,25 +103,57 @@ class Files:
     payload: Path
     size: int  # payload + marker line, as written by cat
     lines: int
+    text: int = PAYLOAD  # the payload alone: what MiB/s counts
+
+    @property
+    def due(self) -> int:
+        """What a terminal that passes bytes through unchanged reads: every
+        byte, and a CR before each LF (ONLCR)."""
+        return self.size + self.lines
 
 
 @attrs.frozen
 class Sample:
-    rate: float  # MiB/s
-    cpu: float  # seconds: every process of the subject + the reader
-    client_cpu: float
-    reader_cpu: float
-    exact: bool | None  # the byte count checked (None: not checkable)
+    rate: float | None  # MiB/s, until every terminal had the marker (None: one never did)
+    cpu: float  # seconds: every process of the subject + the readers
+    client_cpu: float  # every client's
+    reader_cpu: float  # every reader's
+    exact: bool | None  # every terminal's byte count right (None: not checkable)
+    program_cpu: float = 0.0  # the program's (sh, with the cat it reaped)
+    right: tuple[bool, ...] = ()  # each terminal's byte count right, in attach order
+    lost: int = 0  # terminals the marker never reached
+    # What each client was told it missed (multiserver; None: it did not say).
+    skipped: tuple[int | None, ...] = ()
+
+    @property
+    def wrong(self) -> int:
+        """Terminals whose byte count was wrong."""
+        return self.right.count(False)
+
+    @property
+    def mibs(self) -> float:
+        """The rate, of a run whose every terminal had the marker (one
+        terminal always has: its reader waits for it)."""
+        if self.rate is None:
+            raise ValueError("the marker never reached every terminal")
+        return self.rate
+
+    @property
+    def server_cpu(self) -> float:
+        """The rest: the daemon or server (none for the raw PTY and the floor)."""
+        return max(0.0, self.cpu - self.reader_cpu - self.client_cpu - self.program_cpu)
 
 
-def _make_payload(path: Path) -> Files:
-    raw = os.urandom(PAYLOAD * 3 // 4 + 4096)
-    text = base64.encodebytes(raw)[:PAYLOAD]
+def make_payload(path: Path, size: int = PAYLOAD) -> Files:
+    """``size`` bytes of base64 text (76-column lines, cut at a line's
+    end), then the end marker line, written at ``path``."""
+    raw = os.urandom(size * 3 // 4 + 4096)
+    text = base64.encodebytes(raw)[:size]
     if not text.endswith(b"\n"):
         text = text[: text.rindex(b"\n") + 1]
     data = text + MARKER + b"\n"
     path.write_bytes(data)
-    return Files(path, len(data), data.count(b"\n"))
+    return Files(path, len(data), data.count(b"\n"), size)
 
 
 def _program(sc: Scratch, files: Files) -> tuple[list[str], Path, Path]:
@@ -139,42 +182,110 @@ def _open_trigger(fifo: Path, timeout: float = 10.0) -> int:
         time.sleep(0.005)
 
 
-def _measure(outer: Outer, sc: Scratch, fifo: Path, prog: int, files: Files) -> Sample:
-    trigger = _open_trigger(fifo)
-    meter = CpuMeter(sc.marker)
-    meter.start()
-    reader0 = time.thread_time()
+@attrs.frozen
+class Seen:
+    """What one reader saw of one terminal."""
+
+    count: int  # bytes read, up to and with the chunk that held the marker
+    at: float | None  # perf_counter when the marker came; None: it never did
+    cpu: float  # the reader's thread's CPU seconds
+
+
+# With several clients, a terminal whose output stops this long before the
+# marker came is given up on: its client dropped the marker (dtach can).
+GIVE_UP = 2.0
+
+
+def _read_one(outer: Outer) -> Seen:
+    cpu0 = time.thread_time()
+    try:
+        count, at = outer.read_until(MARKER, quiet=GIVE_UP)
+    except ReaderQuiet as exc:
+        return Seen(exc.total, None, time.thread_time() - cpu0)
+    return Seen(count, at, time.thread_time() - cpu0)
+
+
+def _read_all(outers: Sequence[Outer], trigger: int) -> tuple[float, list[Seen]]:
+    """Write the trigger, and read every terminal until its marker: one
+    terminal in this thread (as the one-client figure always has), several
+    each in a thread of its own, started first, as each terminal would read
+    on its own. Returns the trigger's perf_counter and what each reader saw."""
+    if len(outers) == 1:
+        cpu0 = time.thread_time()
+        t0 = _pull(trigger)
+        count, at = outers[0].read_until(MARKER)
+        return t0, [Seen(count, at, time.thread_time() - cpu0)]
+    seen: list[Seen | BaseException | None] = [None] * len(outers)
+
+    def read(i: int) -> None:
+        try:
+            seen[i] = _read_one(outers[i])
+        except BaseException as exc:  # re-raised by the caller's thread
+            seen[i] = exc
+
+    threads = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(outers))]
+    for thread in threads:
+        thread.start()
+    t0 = _pull(trigger)
+    for thread in threads:
+        thread.join(MEASURE_TIMEOUT + 5.0)  # each reader gives up after MEASURE_TIMEOUT
+    for got in seen:
+        if not isinstance(got, Seen):
+            raise got or ReaderTimeout("a reader did not return")
+    return t0, [got for got in seen if isinstance(got, Seen)]
+
+
+def _pull(trigger: int) -> float:
+    """Write the trigger (and close it): the program cats now. Returns when."""
     t0 = time.perf_counter()
     try:
         os.write(trigger, b"\n")
     finally:
         os.close(trigger)
-    got, t1 = outer.read_until(MARKER)
-    reader = time.thread_time() - reader0
+    return t0
+
+
+def _measure(outers: Sequence[Outer], sc: Scratch, fifo: Path, prog: int, files: Files) -> Sample:
+    """Trigger the program and time until every terminal in ``outers``
+    (each a client's, or the program's own) has read the marker."""
+    trigger = _open_trigger(fifo)
+    meter = CpuMeter(sc.marker)
+    meter.start()
+    t0, seen = _read_all(outers, trigger)
     if not wait_for(lambda: comm(prog) == "sleep", 10.0, 0.005):
         raise RuntimeError("the program did not finish its cat")
     cpu = meter.stop()
+    reader = sum(s.cpu for s in seen)
+    arrived = [s.at for s in seen if s.at is not None]
     return Sample(
-        rate=PAYLOAD / MIB / (t1 - t0),
+        rate=files.text / MIB / (max(arrived) - t0) if len(arrived) == len(seen) else None,
         cpu=cpu + reader,
-        client_cpu=meter.used.get(outer.pid, 0.0),
+        client_cpu=sum(meter.used.get(outer.pid, 0.0) for outer in outers if outer.pid != prog),
         reader_cpu=reader,
-        exact=got == files.size + files.lines,  # ONLCR: a CR before each LF
+        exact=all(s.count == files.due for s in seen),
+        program_cpu=meter.used.get(prog, 0.0),
+        right=tuple(s.count == files.due for s in seen),
+        lost=len(seen) - len(arrived),
     )
 
 
-def _raw(files: Files) -> Sample:
+def raw_sample(files: Files) -> Sample:
+    """The baseline: the program on the outer PTY itself."""
     with scratch("att-raw") as sc:
         argv, pidfile, fifo = _program(sc, files)
         outer = Outer.spawn(argv, sc.env(), echo=True)
         try:
             prog = _program_pid(pidfile)
-            return _measure(outer, sc, fifo, prog, files)
+            return _measure([outer], sc, fifo, prog, files)
         finally:
             outer.close()
 
 
-def _keeper(keeper: Keeper, files: Files) -> Sample:
+def keeper_sample(keeper: Keeper, files: Files, clients: int = 1) -> Sample:
+    """``clients`` attach clients of one session of ``keeper``'s, each on
+    its own outer PTY, attached one after another (each until its probe
+    comes back: attached and in raw mode), every first screen drained,
+    then the program triggered: timed until every terminal has it all."""
     with scratch(f"att-{keeper.name}") as sc:
         env = keeper.env(sc)
         argv, pidfile, fifo = _program(sc, files)
@@ -182,16 +293,56 @@ def _keeper(keeper: Keeper, files: Files) -> Sample:
         if code != 0:
             raise RuntimeError(f"{keeper.name}: starting the session exited with {code}")
         prog = _program_pid(pidfile)
-        outer = Outer.spawn(keeper.attach_argv(sc, SESSION), env, echo=False)
+        outers: list[Outer] = []
         try:
-            outer.wait_echo(b"x")
-            outer.drain_quiet()
-            sample = _measure(outer, sc, fifo, prog, files)
+            for _ in range(clients):
+                outers.append(Outer.spawn(keeper.attach_argv(sc, SESSION), env, echo=False))
+                outers[-1].wait_echo(b"x")
+            for outer in outers:  # a probe's echo reaches every client
+                outer.drain_quiet()
+            sample = _measure(outers, sc, fifo, prog, files)
+            if keeper.peer is None and clients > 1:
+                sample = attrs.evolve(sample, skipped=tuple(_told_skipped(o) for o in outers))
         finally:
-            outer.close()
+            close_all(outers)
         if not keeper.transparent:
-            sample = attrs.evolve(sample, exact=None)
+            sample = attrs.evolve(sample, exact=None, right=())
         return sample
+
+
+# multiserver attach's detach key (^\, the default), and what it says then.
+DETACH_KEY = b"\x1c"
+DETACHED = re.compile(rb"\[detached from [^\]]*?(?:; (\d+) bytes skipped[^\]]*)?\]")
+
+
+def _told_skipped(outer: Outer, timeout: float = 5.0) -> int | None:
+    """Detach a ``multiserver attach`` (untimed): the bytes it says it was
+    told it missed while it was behind (``Skipped``), which the daemon
+    replaced with a redraw in its feed; None if it did not say."""
+    outer.write(DETACH_KEY)
+    said = bytearray()
+    buf = bytearray(64 * 1024)
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        n = outer.read_some(buf, left)
+        if n <= 0:
+            break
+        said += buf[:n]
+        if (found := DETACHED.search(said)) is not None:
+            return int(found.group(1) or 0)
+    return None
+
+
+def close_all(outers: Sequence[Outer]) -> None:
+    """Stop every client by pid (all at once: none waits on another's grace
+    period), then close their terminals."""
+    try:
+        left = stop_pids([outer.pid for outer in outers])
+        if left:
+            raise RuntimeError(f"clients survived SIGKILL: {left}")
+    finally:
+        for outer in outers:
+            outer.close()
 
 
 def _copier(files: Files) -> Sample:
@@ -238,7 +389,7 @@ def _copier(files: Files) -> Sample:
         os.set_blocking(outer_m, False)
         outer = Outer(copier, outer_m)
         try:
-            return _measure(outer, sc, fifo, _program_pid(pidfile), files)
+            return _measure([outer], sc, fifo, _program_pid(pidfile), files)
         finally:
             outer.close()
 
@@ -277,15 +428,15 @@ def run(settings: Settings) -> list[Row]:
     pipe: list[float] = []
     got: dict[str, list[Sample]] = {k.name: [] for k in subjects if k.installed()}
     with scratch("att") as sc:
-        files = _make_payload(sc.root / "payload.b64")
-        _raw(files)  # warm the page cache and the code paths
+        files = make_payload(sc.root / "payload.b64")
+        raw_sample(files)  # warm the page cache and the code paths
         for _ in settings.runs_within(SECONDS):
-            raw.append(_raw(files))
+            raw.append(raw_sample(files))
             pipe.append(_reader_ceiling(files))
             copier.append(_copier(files))
             for k in subjects:
                 if k.name in got:
-                    got[k.name].append(_keeper(k, files))
+                    got[k.name].append(keeper_sample(k, files))
     return _rows(subjects, raw, pipe, copier, got)
 
 
@@ -309,7 +460,7 @@ def _rows(
     copier: list[Sample],
     got: dict[str, list[Sample]],
 ) -> list[Row]:
-    raw_rate = [s.rate for s in raw]
+    raw_rate = [s.mibs for s in raw]
     rows = [
         Row(
             figure=RATE_FIG,
@@ -348,7 +499,7 @@ def _subject_rows(
 ) -> tuple[Row, Row]:
     """One subject's throughput row and its CPU row (``ours``: with the
     targets), against the raw PTY's samples of the same runs."""
-    raw_rate = [s.rate for s in raw]
+    raw_rate = [s.mibs for s in raw]
     raw_cpu = [s.cpu for s in raw]
     base_rate, base_cpu = median(raw_rate), median(raw_cpu)
     if not samples:
@@ -356,7 +507,7 @@ def _subject_rows(
             Row(RATE_FIG, subject, None, "MiB/s", 0, BASELINE, base_rate, detail=why),
             Row(CPU_FIG, subject, None, "s", 0, BASELINE, base_cpu, detail=why),
         )
-    rates = [s.rate for s in samples]
+    rates = [s.mibs for s in samples]
     cpus = [s.cpu for s in samples]
     rate = Row.against(
         Limit(">=", TARGET_RATE, paired_ratio(rates, raw_rate), "x raw PTY") if ours else None,

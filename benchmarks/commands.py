@@ -101,7 +101,7 @@ class Command:
 COMMANDS = (
     Command("new -d", "multiserver new -d -n NAME -- sleep 1000"),
     Command("ls", "multiserver ls", lists_all=True),
-    Command("attach (to raw mode)", "multiserver attach -r none s1, until raw mode"),
+    Command("attach (to raw mode)", "multiserver attach --redraw none s1, until raw mode"),
     Command("peek", "multiserver peek s1"),
     Command("kill", "multiserver kill NAME"),
     Command("daemon", "multiserver daemon (it runs: print its socket)"),
@@ -179,7 +179,7 @@ def _multiserver_probes(sc: Scratch, *, scaling_only: bool) -> dict[str, Probe]:
     probes: dict[str, Probe] = {
         "new -d": new,
         "ls": lambda i: timed_command([ms, "ls"], env),
-        "attach (to raw mode)": lambda i: _to_raw([ms, "attach", "-r", "none", "s1"], env),
+        "attach (to raw mode)": lambda i: _to_raw([ms, "attach", "--redraw", "none", "s1"], env),
         "peek": lambda i: timed_command([ms, "peek", "s1"], env),
         "kill": kill,
         "daemon": lambda i: timed_command([ms, "daemon"], env),

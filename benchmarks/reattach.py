@@ -21,7 +21,7 @@ first K of them.
   releases them and sweeps: the path a user takes to get every session
   back at login. It does no terminal round trip (a person then attaches to
   one). Timed from spawn to exit, so Python's start-up is in it.
-- multiserver, command line, K = 1: ``multiserver attach -r none NAME`` on
+- multiserver, command line, K = 1: ``multiserver attach --redraw none NAME`` on
   an outer PTY (echo off), timed from spawn until a key written to the
   outer master comes back (sent again every 5 ms until it does).
 - dtach and tmux: K clients started one after another, each on its own
@@ -387,7 +387,7 @@ def _rows(counts: Sequence[int], a: PhaseA, peers: dict[str, dict[int, list[floa
                 _row(
                     figure,
                     base,
-                    "multiserver, command line: `multiserver attach -r none NAME` + a round trip",
+                    "multiserver, command line: `multiserver attach --redraw none NAME` + a round trip",
                     a.attach,
                     "fresh process, start-up included",
                 )

@@ -95,7 +95,9 @@ def _stop(pid: int) -> None:
 def _attached(ms: str, env: dict[str, str], name: str, lines: int) -> float:
     """``attach db1:NAME`` on a PTY; the session waits for a key, then cats
     the payload: seconds from the key to the last byte."""
-    pid, master = spawn_on_pty(ms, [ms, "attach", "-r", "none", f"db1:{name}"], env, size=(40, 120))
+    pid, master = spawn_on_pty(
+        ms, [ms, "attach", "--redraw", "none", f"db1:{name}"], env, size=(40, 120)
+    )
     try:
         seen = bytearray()
         end = time.monotonic() + MEASURE_TIMEOUT

@@ -142,7 +142,9 @@ def _client(pattern: str) -> float:
         argv = [multiserver_bin(), "new", "-d", "-n", pattern, "--", *program]
         if (code := run_command(argv, env)) != 0:
             raise RuntimeError(f"multiserver new {pattern} exited with {code}")
-        outer = Outer.spawn([multiserver_bin(), "attach", "-r", "none", pattern], env, echo=False)
+        outer = Outer.spawn(
+            [multiserver_bin(), "attach", "--redraw", "none", pattern], env, echo=False
+        )
         try:
             outer.wait_echo(PROBE)  # attached, raw: the probe went to the program and back
             before = _settled(outer.pid, quiet=0.5)

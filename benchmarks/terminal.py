@@ -43,6 +43,15 @@ class ReaderTimeout(RuntimeError):
     pass
 
 
+class ReaderQuiet(ReaderTimeout):
+    """Output stopped before the marker came: it will not come (a client
+    that dropped it). ``total``: the bytes read till then."""
+
+    def __init__(self, total: int, quiet: float) -> None:
+        super().__init__(f"nothing after {total} bytes for {quiet:g} s, and no marker")
+        self.total = total
+
+
 def multiserver_bin() -> str:
     """The ``multiserver`` command a user would have: installed from a wheel
     in a venv of its own (``benchmarks.installed``), made on first use."""
@@ -111,17 +120,23 @@ class Outer:
                     return -1
                 raise
 
-    def read_until(self, marker: bytes, timeout: float = MEASURE_TIMEOUT) -> tuple[int, float]:
+    def read_until(
+        self, marker: bytes, timeout: float = MEASURE_TIMEOUT, quiet: float | None = None
+    ) -> tuple[int, float]:
         """Read until ``marker`` has been seen; returns (bytes read including
         the chunk with the marker, perf_counter when it arrived). Raises
-        ReaderTimeout after ``timeout``."""
+        ReaderTimeout after ``timeout``; with ``quiet``, ReaderQuiet once
+        nothing has come for that long after the first bytes."""
         buf = self._buf
         keep = len(marker) - 1
         total = 0
         deadline = time.monotonic() + timeout
         tail = self._tail
         while True:
-            n = self.read_some(buf, max(0.0, deadline - time.monotonic()))
+            wait = max(0.0, deadline - time.monotonic())
+            n = self.read_some(buf, wait if quiet is None or not total else min(wait, quiet))
+            if n == 0 and quiet is not None and total and time.monotonic() < deadline:
+                raise ReaderQuiet(total, quiet)
             if n > 0:
                 total += n
                 head = bytes(buf[: min(n, keep)])
@@ -223,10 +238,10 @@ class Keeper:
     def attach_argv(self, sc: Scratch, name: str) -> list[str]:
         if self.peer is not None:
             return self.peer.attach_argv(sc.root, name)
-        return [multiserver_bin(), "attach", "-r", "none", name]
+        return [multiserver_bin(), "attach", "--redraw", "none", name]
 
 
-MULTISERVER = Keeper("multiserver", "multiserver attach -r none NAME", transparent=True)
+MULTISERVER = Keeper("multiserver", "multiserver attach --redraw none NAME", transparent=True)
 
 
 def keepers(peers: Sequence[Peer]) -> list[Keeper]:
