@@ -220,8 +220,8 @@ def test_events_and_watchers_cross_an_upgrade(
     core.handle(peer, Signal(req=2, id=child, signum=signal.SIGTERM))
     read(core, w)
     launch(core, peer, "t", hold=False)  # not read before the upgrade
-    version, held, cursor = core.state_of(w)
-    assert (version, held, cursor) == (8, [], 2)
+    version, held, cursor, shares = core.state_of(w)
+    assert (version, held, cursor, shares) == (8, [], 2, [])
     kept, next_seq, signals = core.events.kept(), core.events.next_seq, core.events.signals_sent()
     assert signals == [[child, signal.SIGTERM]]
 

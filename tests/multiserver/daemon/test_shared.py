@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -26,6 +27,7 @@ from multiserver import (
 )
 from multiserver.system._platform import get_winsize
 from tests.conftest import RunningDaemon, close_fd, read_some, read_until
+from tests.multiserver.daemon.test_upgrade import upgraded
 
 # A program that writes "%08d\r\n" lines without end, as fast as it can:
 # every byte of it is known, so a gap, a byte twice or out of order shows.
@@ -329,4 +331,34 @@ async def test_a_holder_that_does_not_share_is_never_asked(daemon: RunningDaemon
             notice = await a.notices.receive()
         assert isinstance(notice, ChildTaken) and notice.id == launched.child.id
         for fd in (launched.master, taken.master):
+            close_fd(fd)
+
+
+async def test_an_upgrade_waits_for_sharing_and_keeps_who_shares(daemon: RunningDaemon) -> None:
+    """Shared, the daemon refuses to upgrade, in one line; held by one
+    client again, it upgrades, and that client, which said it shares, is
+    still asked to give reading back when another joins (and one that did
+    not say so is still never asked)."""
+    async with (
+        open_client(daemon.paths) as a,
+        open_client(daemon.paths) as b,
+        open_client(daemon.paths) as c,
+    ):
+        shared = await a.launch(["cat"], name="sh", share=True)
+        mine = await c.launch(["cat"], name="mine")
+        joined, feed = await join_beside(a, b, shared.child.id)
+        with pytest.raises(RequestFailed, match=re.escape("1 session(s) are shared")) as err:
+            await upgraded(daemon)
+        assert err.value.errno == errno.EBUSY
+        await b.release([shared.child.id])
+        close_fd(joined.master)
+        close_fd(joined.feed)
+        await read_some(feed)  # its end: a reads the master again
+        close_fd(feed)
+        await upgraded(daemon)
+        joined, feed = await join_beside(a, b, shared.child.id)
+        assert joined.feed is not None
+        with pytest.raises(RequestFailed, match="does not share"):
+            await b.claim([mine.child.id], join=True)
+        for fd in (joined.master, joined.feed, feed, shared.master, mine.master):
             close_fd(fd)
