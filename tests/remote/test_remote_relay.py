@@ -21,7 +21,7 @@ from tests.conftest import MsDirs, daemon_pids_under, frozen, wait_until
 from tests.procs import is_dead
 from tests.remote.conftest import Remote
 from tests.remote.sshd import process_tree
-from tests.remote.test_hosts import run
+from tests.remote.test_hosts import person_ssh_env, run
 from tests.remote.test_remote_commands import attached_over_ssh, ssh_clients_in
 
 # Ctrl-\ as a terminal sends it once a program there asked for the kitty
@@ -180,3 +180,36 @@ async def test_sigterm_to_the_client_leaves_no_ssh_and_resets_the_terminal(
     await wait_until(lambda: all(is_dead(p) for p in [client, *ssh]), 15, "client and ssh gone")
     await term.wait_prompt(count=2)
     assert screen_reset(None) in bytes(term.raw[seen:])
+
+
+async def test_a_host_session_is_joined_and_watched_through_ssh(
+    ms_dirs: MsDirs, sshd: Remote, open_terminal: Callable[..., Terminal]
+) -> None:
+    """attach HOST:NAME joins the terminal attached there already, and
+    attach -r HOST:NAME watches it: all three show what is typed in the
+    first two; what the watcher types goes nowhere (docs/sharing.md)."""
+    first = await attached(ms_dirs, sshd, open_terminal, "echo ready; exec sh")
+    await first.wait_screen("ready")
+    second = open_terminal(env=person_ssh_env(ms_dirs, sshd))
+    await second.wait_prompt()
+    second.line("multiserver attach db1:web")
+    watcher = open_terminal(env=person_ssh_env(ms_dirs, sshd))
+    await watcher.wait_prompt()
+    watcher.line("multiserver attach -r db1:web")
+    await wait_until(lambda: ssh_clients_in(second) and ssh_clients_in(watcher), 15, "connected")
+    first.line("echo one-$((40+2))")
+    for term in (first, second, watcher):
+        await term.wait_screen("one-42")
+    watcher.line("echo ro-$((40+2))")
+    second.line("echo two-$((40+2))")
+    for term in (first, second, watcher):
+        await term.wait_screen("two-42")
+    first.line("echo three-$((40+2))")
+    for term in (first, second, watcher):
+        await term.wait_screen("three-42")
+        assert "ro-42" not in term.screen_text()
+    listed = run(ms_dirs, sshd, "ls")
+    assert re.search(r"^db1:web\s+running\s+3 \(1 ro\)", listed.stdout, re.M), listed.stdout
+    for term in (watcher, second, first):
+        term.type(b"\x1c")
+        await term.wait_screen("detached from web")
