@@ -209,7 +209,7 @@ def _close(*fds: int | None) -> None:
 def _library(count: int) -> list[Switch]:
     """One daemon, ``count`` switches."""
     with scratch("sw-lib"), _daemon(time.monotonic() + MEASURE_TIMEOUT) as (a, b):
-        launched = a.launch(list(PROGRAM), name="held")
+        launched = a.launch(list(PROGRAM), name="held", share=True)
         held, master = launched.child.id, launched.master
         free = b.launch(list(PROGRAM), name="free", hold=False).child.id
         answers: queue.Queue[Answered | Exception] = queue.Queue()
