@@ -73,20 +73,12 @@ class DaemonTooOld(RequestFailed):
         )
 
     @classmethod
-    def without_sharing(cls, version: int, needed: int) -> DaemonTooOld:
-        """The one line both clients say of a daemon that cannot share."""
+    def lacking(cls, what: str, version: int, needed: int) -> DaemonTooOld:
+        """The one line both clients say of a daemon too old for ``what``
+        ("events", "to share a session")."""
         return cls(
             _errno.EPROTO,
-            f"the daemon speaks protocol {version}, too old to share a session (protocol {needed});"
-            " `multiserver upgrade` gives it the installed code, keeping its sessions",
-        )
-
-    @classmethod
-    def without_events(cls, version: int, needed: int) -> DaemonTooOld:
-        """The one line both clients say of a daemon with no events."""
-        return cls(
-            _errno.EPROTO,
-            f"the daemon speaks protocol {version}, too old for events (protocol {needed});"
+            f"the daemon speaks protocol {version}, too old {what} (protocol {needed});"
             " `multiserver upgrade` gives it the installed code, keeping its sessions",
         )
 

@@ -579,3 +579,38 @@ async def test_the_sim_shares_a_child_as_the_daemon_does(
                 await a.list()
             for fd in (watching.feed, joined.master, joined.feed, feeds[0], held.master):
                 close_fd(fd)
+
+
+async def test_a_taken_holders_feed_ends_only_after_the_grace(
+    sim: SimDaemon, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A takeover leaves the taken holders' feeds open and quiet: their end
+    would tell a typing holder to read the master. A client that stays
+    connected does not keep one for ever: it ends TAKEN_GRACE (10 s) on."""
+    async with (
+        open_client(sim.socket_path) as a,
+        open_client(sim.socket_path) as b,
+        open_client(sim.socket_path) as c,
+    ):
+        (held,) = await a.claim([1], join=True)
+        feeds: list[int] = []
+        async with trio.open_nursery() as nursery:
+
+            async def give_back() -> None:
+                notice = await a.notices.receive()
+                assert isinstance(notice, GiveBack)
+                feeds.append(await a.hand_back(1, b""))  # not read in this test
+
+            nursery.start_soon(give_back)
+            (joined,) = await b.claim([1], join=True)
+        assert joined.feed is not None
+        (taken,) = await c.claim([1], steal=True)
+        start = trio.current_time()
+        async for notice in b.notices:
+            if isinstance(notice, ChildTaken):
+                break
+        with trio.fail_after(30):
+            assert await read_fd(joined.feed) == b""
+        assert trio.current_time() - start >= 10
+        for fd in (held.master, joined.master, joined.feed, taken.master, *feeds):
+            close_fd(fd)

@@ -188,7 +188,7 @@ def claim(
 ) -> Call[list[ClaimResult]]:
     """Raises DaemonTooOld for a join of a daemon before version 9."""
     if (join or read_only) and version < SHARING_VERSION:
-        raise DaemonTooOld.without_sharing(version, SHARING_VERSION)
+        raise DaemonTooOld.lacking("to share a session", version, SHARING_VERSION)
     return _Claim(list(ids), steal, keep_output, join, read_only)
 
 

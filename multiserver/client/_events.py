@@ -32,7 +32,7 @@ def check_events(version: int) -> None:
     """DaemonTooOld (one line, with what to do) for a daemon whose protocol
     ``version`` has no events; nothing is sent to it."""
     if version < EVENTS_VERSION:
-        raise DaemonTooOld.without_events(version, EVENTS_VERSION)
+        raise DaemonTooOld.lacking("for events", version, EVENTS_VERSION)
 
 
 class EventQueue:

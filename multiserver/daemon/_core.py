@@ -148,6 +148,11 @@ PAUSE_FREE, RESUME_FREE = 4, 2  # as fractions of a feed: 1/4, 1/2
 LAG_WAIT = 0.1
 # How often a paused session's feeds are looked at, and the others' waits.
 PAUSED_TICK, WAIT_TICK = 0.002, 0.05
+# How long the feed of a holder a takeover took a session from stays open
+# (quiet), if its connection does not close first: its end would tell it
+# to read the master, and it is told ChildTaken instead, which it has
+# long read by then.
+TAKEN_GRACE = 10.0
 # A redraw after a skip: the end of the buffer, about a screen or two.
 REDRAW_MAX = 64 * 1024
 
@@ -456,8 +461,10 @@ class RequestCore(Generic[C]):
         self._feeds: dict[tuple[int, Peer], Feed] = {}
         # Shared children whose master the daemon stopped reading, and since when.
         self._paused: dict[int, float] = {}
-        # The feeds of holders a takeover took a child from, until they go.
-        self._taken_feeds: dict[Peer, list[Feed]] = {}
+        # The feeds of holders a takeover took a child from, and when: kept
+        # until they go, or TAKEN_GRACE (a client that stays never makes
+        # the daemon run out of fds).
+        self._taken_feeds: dict[Peer, list[tuple[float, Feed]]] = {}
         # A join's ``req``, while it waits for the reader to give reading back.
         self._joins: dict[tuple[int, Peer], int] = {}
         # When each reader that was asked to give reading back was asked.
@@ -480,7 +487,7 @@ class RequestCore(Generic[C]):
         """Every child ``peer`` held becomes unheld at once; returns their ids."""
         state = self._peers.pop(peer, None)
         self.events.unwatch(peer)
-        for feed in self._taken_feeds.pop(peer, []):
+        for _, feed in self._taken_feeds.pop(peer, []):
             feed.close()
         if state is None:
             return []
@@ -543,10 +550,6 @@ class RequestCore(Generic[C]):
         if sharing is None:
             return None
         return sharing.reader if sharing.reader is not None else next(iter(sharing.holders), None)
-
-    def holders(self, child_id: int) -> list[Peer]:
-        sharing = self._sharing.get(child_id)
-        return [] if sharing is None else list(sharing.holders)
 
     def child_exited(self, child_id: int, exit_code: int) -> None:
         """Tell every client past its handshake, and the watchers."""
@@ -632,11 +635,12 @@ class RequestCore(Generic[C]):
             if before is None
             else [p for p in (*before.holders, *before.waiting) if p is not peer]
         )
-        # Their feeds go quiet but stay open until they go: the end of a
-        # feed tells a holder to read the master, and these are told
-        # ChildTaken instead (on another channel, which may come later).
+        # Their feeds go quiet but stay open until they go (or TAKEN_GRACE):
+        # the end of a feed tells a holder to read the master, and these are
+        # told ChildTaken instead (on another channel, which may come later).
         for key in [key for key in self._feeds if key[0] == child.id]:
-            self._taken_feeds.setdefault(key[1], []).append(self._feeds.pop(key))
+            self._taken_feeds.setdefault(key[1], []).append((self.clock(), self._feeds.pop(key)))
+            self.tick_wanted()
         self._asked_at.pop(child.id, None)
         self._sharing[child.id] = Sharing.sole(peer, FEED_BOUND, self.share_size, shares=shares)
         self._peers[peer].held.add(child.id)
@@ -721,12 +725,10 @@ class RequestCore(Generic[C]):
             text = f"child {msg.id}: reading was not asked back of this client"
             return self.error(peer, msg.req, errno.EINVAL, text)
         try:
-            feed, read_end = Feed.open()
+            read_end = self._new_feed(child.id, peer, sharing)
         except OSError as exc:  # it reads on; the joins wait for the timeout
             text = f"no feed for child {msg.id}: {exc.strerror}"
             return self.error(peer, msg.req, exc.errno or errno.EIO, text)
-        self._feeds[child.id, peer] = feed
-        sharing.bound = min(sharing.bound, feed.capacity)
         reply = _reply(peer, HandedBack(req=msg.req, id=msg.id), [read_end])
         replies = [reply, *self._act(child, sharing, sharing.handed_back(peer, msg.shown), peer)]
         self._tell_shared(child, sharing)
@@ -790,16 +792,13 @@ class RequestCore(Generic[C]):
         try:
             if not read_only and child.master is not None:
                 fds.append(OwnedFd.dup_of(child.master))
-            feed, read_end = Feed.open()
+            fds.append(self._new_feed(child.id, joiner, sharing))
         except OSError as exc:
             close_all(fds)
             why = f"cannot hand over session {child.name}: {exc.strerror}"
             return _failed_claim(joiner, req, child.id, exc.errno or errno.EIO, why), sharing.leave(
                 joiner
             )
-        fds.append(read_end)
-        self._feeds[child.id, joiner] = feed
-        sharing.bound = min(sharing.bound, feed.capacity)
         self._peers[joiner].held.add(child.id)
         self.events.record("joined", child.id, child.name, client=joiner.id)
         part = ClaimedChild(
@@ -811,6 +810,13 @@ class RequestCore(Generic[C]):
             feed=True,
         )
         return _reply(joiner, Claimed(req=req, children=[part], outputs=output), fds), []
+
+    def _new_feed(self, child_id: int, holder: Peer, sharing: Sharing) -> OwnedFd:
+        """A feed for ``holder``; its read end, to hand over. Raises OSError."""
+        feed, read_end = Feed.open()
+        self._feeds[child_id, holder] = feed
+        sharing.bound = min(sharing.bound, feed.capacity)
+        return read_end
 
     def _tap_of(self, child_id: int) -> Callable[[bytes], None]:
         return lambda data: self._tap(child_id, data)
@@ -826,24 +832,22 @@ class RequestCore(Generic[C]):
             self._end_feeds(child_id)
             return
         self._act(child, sharing, [*self._taken(child_id, sharing), *sharing.read(data)])
-        if self._least_free(child_id, sharing) < self._free_to_read(sharing, PAUSE_FREE):
+        if self._least_free(child_id, sharing) < sharing.bound // PAUSE_FREE:
             self.host.pause(child)  # until they have read (``tick``)
             self._paused[child_id] = self.clock()
             self.tick_wanted()
 
     def _least_free(self, child_id: int, sharing: Sharing) -> int:
         """The least room in the feed of a holder that keeps up (not
-        skipped); unbounded when none does (nobody to wait for)."""
+        skipped), as last counted (``_taken``, then what was sent since);
+        unbounded when none does (nobody to wait for)."""
         lagging = set(sharing.lagging)
         free = [
-            feed.capacity - feed.unread()
+            feed.capacity - sharing.owed(holder)
             for holder in sharing.holders
             if holder not in lagging and (feed := self._feeds.get((child_id, holder))) is not None
         ]
         return min(free, default=1 << 62)
-
-    def _free_to_read(self, sharing: Sharing, fraction: int) -> int:
-        return sharing.bound // fraction
 
     def _taken(self, child_id: int, sharing: Sharing) -> list[Any]:
         """What each holder read of its feed since the last look."""
@@ -860,17 +864,19 @@ class RequestCore(Generic[C]):
         """Look again at what waits on time: a reader asked to give reading
         back too long ago is disconnected; a holder that was behind and has
         read its feed empty is told what it missed; a paused master is read
-        again once a holder has read enough (``_pace``). The seconds until
-        the next look, or None: nothing waits."""
+        again once its holders have read enough (``_tap`` paused it). The
+        seconds until the next look, or None: nothing waits."""
         wait: float | None = None
         for child_id, since in list(self._paused.items()):
             sharing = self._sharing.get(child_id)
             child = self.host.get(child_id)
             if child is None or sharing is None or sharing.reader is not None:
                 del self._paused[child_id]  # not read by the daemon any more
-            elif now - since >= LAG_WAIT or self._least_free(
-                child_id, sharing
-            ) >= self._free_to_read(sharing, RESUME_FREE):
+                continue
+            self._act(child, sharing, self._taken(child_id, sharing))
+            if now - since >= LAG_WAIT or (
+                self._least_free(child_id, sharing) >= sharing.bound // RESUME_FREE
+            ):
                 del self._paused[child_id]
                 self.host.resume(child)
             else:
@@ -888,7 +894,20 @@ class RequestCore(Generic[C]):
             if child is not None and sharing.lagging:
                 self._act(child, sharing, self._taken(child_id, sharing))
                 again = again or bool(sharing.lagging)
+        if self._close_taken_feeds(now):
+            again = True
         return wait if wait is not None or not again else WAIT_TICK
+
+    def _close_taken_feeds(self, now: float) -> bool:
+        """Close the feeds of taken holders that were told TAKEN_GRACE ago;
+        True while some wait still."""
+        for peer, feeds in list(self._taken_feeds.items()):
+            for since, feed in [f for f in feeds if now - f[0] >= TAKEN_GRACE]:
+                feed.close()
+                feeds.remove((since, feed))
+            if not feeds:
+                del self._taken_feeds[peer]
+        return bool(self._taken_feeds)
 
     def _tell_shared(self, child: C, sharing: Sharing) -> None:
         """Every holder that knows sharing is told how many hold and watch

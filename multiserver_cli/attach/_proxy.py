@@ -31,11 +31,10 @@ import time
 from collections.abc import Callable
 
 from multiserver_cli.attach._keys import DetachMatcher
-from multiserver_cli.attach._screen import Screen, write_all
+from multiserver_cli.attach._screen import READ_SIZE, Screen, write_all
 from multiserver_cli.attach._terminal import AnswerFilter
 from multiserver_cli.attach._typed import TypedInput
 
-READ_SIZE = 65536
 # What one pass reads from the PTY before writing it on: a PTY hands out
 # about 4 KiB a read, and one large write to the terminal costs far less
 # than many small ones.
